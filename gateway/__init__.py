@@ -1,0 +1,5 @@
+"""remoteops-gateway: the composition root and the only package that serves MCP."""
+
+from gateway.cli import main
+
+__all__ = ["main"]

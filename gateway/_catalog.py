@@ -1,0 +1,150 @@
+"""The tool catalog: every own tool declared once, classified into exactly one toolset.
+
+A :class:`ToolSpec` carries name, title, description, input and output models, the four MCP annotation
+hints and its toolset. :func:`build_catalog` applies the operator's choice (toolsets, extra tools,
+excluded tools) and fails closed: a tool without a valid toolset, or an unknown toolset or tool name in
+the configuration, stops startup with a clear message.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
+
+import mcp_types as types
+from pydantic import BaseModel
+
+from gateway._errors import ConfigError
+
+if TYPE_CHECKING:
+    from gateway._context import ToolContext
+
+__all__ = ["OWN_TOOLSETS", "Catalog", "ToolSpec", "Toolset", "build_catalog"]
+
+
+class Toolset(StrEnum):
+    INSPECT = "inspect"
+    """Reads only."""
+    MANAGE = "manage"
+    """Changes gateway-side state; runs no caller-supplied command."""
+    EXECUTE = "execute"
+    """Runs commands, starts processes, writes remote files."""
+    TEARDOWN = "teardown"
+    """Kills, deletes, closes."""
+    ROOT = "root"
+    """Anything with elevated privilege."""
+    UPSTREAM = "upstream"
+    """Tools relayed from upstream MCP servers (gated per name in each upstream's configuration)."""
+
+
+OWN_TOOLSETS = frozenset(Toolset) - {Toolset.UPSTREAM}
+
+InT = TypeVar("InT", bound=BaseModel)
+OutT = TypeVar("OutT", bound=BaseModel)
+
+
+@dataclass(frozen=True)
+class ToolSpec(Generic[InT, OutT]):
+    name: str
+    title: str
+    description: str
+    input_model: type[InT]
+    output_model: type[OutT]
+    toolset: Toolset
+    read_only: bool
+    destructive: bool
+    idempotent: bool
+    open_world: bool
+    handler: Callable[[ToolContext, InT], Awaitable[OutT]]
+    render: Callable[[OutT], str] = field(default=lambda out: out.model_dump_json(indent=None))
+    """Short text rendering placed in ``content`` next to ``structuredContent``."""
+
+    def target_of(self, args: BaseModel) -> str | None:
+        value = getattr(args, "target", None)
+        return value if isinstance(value, str) else None
+
+    def to_mcp(self) -> types.Tool:
+        return types.Tool(
+            name=self.name,
+            title=self.title,
+            description=self.description,
+            input_schema=self.input_model.model_json_schema(),
+            output_schema=self.output_model.model_json_schema(),
+            annotations=types.ToolAnnotations(
+                title=self.title,
+                read_only_hint=self.read_only,
+                destructive_hint=self.destructive,
+                idempotent_hint=self.idempotent,
+                open_world_hint=self.open_world,
+            ),
+        )
+
+
+AnySpec = ToolSpec[Any, Any]
+
+
+@dataclass(frozen=True)
+class Catalog:
+    """The own tools the operator enabled, plus what was filtered out (shown by gateway_health)."""
+
+    enabled: dict[str, AnySpec]
+    filtered_out: tuple[str, ...]
+    toolsets: frozenset[Toolset]
+
+    def get(self, name: str) -> AnySpec | None:
+        return self.enabled.get(name)
+
+    def tools(self) -> list[types.Tool]:
+        return [spec.to_mcp() for spec in self.enabled.values()]
+
+
+def _parse_toolsets(names: Iterable[str]) -> frozenset[Toolset]:
+    valid = {t.value for t in Toolset}
+    out: set[Toolset] = set()
+    for name in names:
+        if name not in valid:
+            raise ConfigError(
+                f"unknown toolset {name!r}; valid toolsets: {', '.join(sorted(valid))}",
+                key="tools.toolsets",
+            )
+        out.add(Toolset(name))
+    return frozenset(out)
+
+
+def build_catalog(
+    specs: Sequence[AnySpec],
+    *,
+    toolsets: Iterable[str],
+    include: Iterable[str] = (),
+    exclude: Iterable[str] = (),
+) -> Catalog:
+    """Apply the operator's choice to the declared tools. Fail closed on anything unclassified or unknown."""
+    by_name: dict[str, AnySpec] = {}
+    for spec in specs:
+        if not isinstance(spec.toolset, Toolset) or spec.toolset is Toolset.UPSTREAM:
+            raise ConfigError(
+                f"tool {spec.name!r} has no valid own toolset ({spec.toolset!r}); refusing to start"
+            )
+        if spec.name in by_name:
+            raise ConfigError(f"tool {spec.name!r} is declared twice")
+        by_name[spec.name] = spec
+    chosen = _parse_toolsets(toolsets)
+    include_set, exclude_set = set(include), set(exclude)
+    for key, names in (("tools.include", include_set), ("tools.exclude", exclude_set)):
+        unknown = sorted(names - by_name.keys())
+        if unknown:
+            raise ConfigError(f"unknown tool name(s) {', '.join(unknown)}", key=key)
+    both = sorted(include_set & exclude_set)
+    if both:
+        raise ConfigError(f"tool(s) both included and excluded: {', '.join(both)}", key="tools.include")
+    enabled: dict[str, AnySpec] = {}
+    filtered: list[str] = []
+    for name, spec in by_name.items():
+        on = (spec.toolset in chosen or name in include_set) and name not in exclude_set
+        if on:
+            enabled[name] = spec
+        else:
+            filtered.append(name)
+    return Catalog(enabled=enabled, filtered_out=tuple(sorted(filtered)), toolsets=chosen)

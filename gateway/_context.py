@@ -1,0 +1,24 @@
+"""What a tool adapter receives: the runtime plus who is calling and how to report progress."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from gateway._runtime import Runtime
+
+__all__ = ["ToolContext"]
+
+
+async def _no_progress(progress: float, total: float | None = None, message: str | None = None) -> None:
+    return None
+
+
+@dataclass(frozen=True)
+class ToolContext:
+    runtime: Runtime
+    request_id: str
+    principal: str
+    report_progress: Callable[[float, float | None, str | None], Awaitable[None]] = _no_progress

@@ -1,0 +1,125 @@
+"""Guarded streamable-HTTP serving: Host/Origin allow-lists, body cap, bearer auth, /healthz.
+
+* Host and Origin are checked by the SDK's transport security with explicit allow-lists (loopback by
+  default; deployments behind a reverse proxy list their names) → 421 / 403.
+* Bodies over the cap → 413.
+* Bearer authentication is on by default; the token file is generated (0600) on first run. No or wrong
+  token → 401 with ``WWW-Authenticate`` naming the RFC 9728 protected-resource metadata.
+* ``GET /healthz`` answers without auth: status only, no secrets, no tool data.
+"""
+
+from __future__ import annotations
+
+import hmac
+import ipaddress
+import os
+import secrets
+from pathlib import Path
+
+from mcp.server.auth.provider import AccessToken, TokenVerifier
+from mcp.server.auth.settings import AuthSettings as SdkAuthSettings
+from mcp.server.transport_security import TransportSecuritySettings
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+from starlette.routing import Route
+
+from gateway._errors import ConfigError
+from gateway._server import GatewayServer
+from gateway.config import Settings
+
+__all__ = ["StaticTokenVerifier", "build_http_app", "ensure_token", "is_loopback_host", "public_url"]
+
+_LOOPBACK_HOSTS = ("127.0.0.1:*", "localhost:*", "[::1]:*")
+_LOOPBACK_ORIGINS = ("http://127.0.0.1:*", "http://localhost:*", "http://[::1]:*")
+
+
+def is_loopback_host(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def public_url(settings: Settings, port: int) -> str:
+    host = settings.server.host
+    shown = f"[{host}]" if ":" in host else host
+    if host in ("0.0.0.0", "::"):  # noqa: S104 - only formatting a URL for a wildcard bind
+        shown = "127.0.0.1"
+    return f"http://{shown}:{port}{settings.server.path}"
+
+
+def ensure_token(path: Path) -> str:
+    """Read the bearer token, generating a fresh one (mode 0600, parent 0700) when the file is missing."""
+    try:
+        token = path.read_text(encoding="utf-8").strip()
+    except FileNotFoundError:
+        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        token = secrets.token_urlsafe(32)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(token + "\n")
+        return token
+    if len(token) < 16:
+        raise ConfigError("bearer token is shorter than 16 characters", source=str(path))
+    if path.stat().st_mode & 0o077:
+        raise ConfigError(
+            "bearer token file must not be readable by group or others (chmod 600)", source=str(path)
+        )
+    return token
+
+
+class StaticTokenVerifier(TokenVerifier):
+    """Accepts exactly one bearer token, compared in constant time."""
+
+    def __init__(self, token: str, principal: str = "operator") -> None:
+        self._token = token.encode("utf-8")
+        self._principal = principal
+
+    async def verify_token(self, token: str) -> AccessToken | None:
+        if hmac.compare_digest(token.encode("utf-8"), self._token):
+            return AccessToken(token=token, client_id=self._principal, scopes=[])
+        return None
+
+
+def _security(settings: Settings) -> TransportSecuritySettings:
+    server = settings.server
+    return TransportSecuritySettings(
+        enable_dns_rebinding_protection=True,
+        allowed_hosts=list(server.allowed_hosts or _LOOPBACK_HOSTS),
+        allowed_origins=list(server.allowed_origins or _LOOPBACK_ORIGINS),
+    )
+
+
+def build_http_app(server: GatewayServer, settings: Settings, *, token: str | None, port: int) -> Starlette:
+    """The Starlette app. ``token=None`` means auth is off (validated by the caller: explicit + loopback)."""
+    if token is None and not (settings.auth.allow_no_auth and is_loopback_host(settings.server.host)):
+        raise ConfigError(
+            "turning auth off needs auth.allow_no_auth = true and a loopback bind", key="auth.mode"
+        )
+
+    async def healthz(_: Request) -> JSONResponse:
+        return JSONResponse({"status": "ok"})
+
+    url = public_url(settings, port)
+    auth = None
+    verifier = None
+    if token is not None:
+        auth = SdkAuthSettings(
+            issuer_url=settings.auth.issuer_url or url.removesuffix(settings.server.path),  # type: ignore[arg-type]
+            resource_server_url=url,  # type: ignore[arg-type]
+            validate_token_resource=False,
+        )
+        verifier = StaticTokenVerifier(token)
+    return server.streamable_http_app(
+        streamable_http_path=settings.server.path,
+        stateless_http=settings.server.stateless_http,
+        max_request_body_size=settings.server.max_body_bytes,
+        transport_security=_security(settings),
+        host=settings.server.host,
+        auth=auth,
+        token_verifier=verifier,
+        custom_starlette_routes=[Route("/healthz", healthz, methods=["GET"])],
+    )

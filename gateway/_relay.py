@@ -1,0 +1,189 @@
+"""The gateway side of relaying: merge upstream tools into the catalog, gate them, route calls.
+
+Tool definitions and results pass through unchanged. The only change ever made to a relayed tool is
+its *name*, and only when the operator asked for it (a ``prefix``) or when it collides with an own tool
+and the collision rule says ``prefix_upstream``; with ``prefer_own`` the relayed tool is dropped. Every
+dropped or renamed tool is listed in ``gateway_health`` — never silently.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Sequence
+from contextlib import AsyncExitStack
+from dataclasses import dataclass, field
+from types import TracebackType
+from typing import Any, Self
+
+import mcp_types as types
+
+from gateway.config import UpstreamEntry
+from upstream import ProgressCallback, Upstream, UpstreamError
+
+__all__ = ["Relay", "RelayedTool"]
+
+
+@dataclass(frozen=True)
+class RelayedTool:
+    exposed_name: str
+    original_name: str
+    upstream_index: int
+
+
+@dataclass
+class _View:
+    """What one upstream currently contributes to the catalog."""
+
+    tools: list[types.Tool] = field(default_factory=list)
+    routes: dict[str, RelayedTool] = field(default_factory=dict)
+    dropped: list[dict[str, str]] = field(default_factory=list)
+    renamed: list[dict[str, str]] = field(default_factory=list)
+
+
+class Relay:
+    def __init__(self, entries: Sequence[UpstreamEntry], *, own_names: frozenset[str], enabled: bool) -> None:
+        self._entries = tuple(entries)
+        self._own = own_names
+        self._enabled = enabled
+        self._upstreams = [
+            Upstream(entry.connection, on_tools_changed=self._make_changed_handler(index))
+            for index, entry in enumerate(self._entries)
+        ]
+        self._views = [_View() for _ in self._entries]
+        self._listeners: list[Callable[[], Awaitable[None]]] = []
+        self._stack: AsyncExitStack | None = None
+
+    async def __aenter__(self) -> Self:
+        async with AsyncExitStack() as stack:
+            if self._enabled:
+                for up in self._upstreams:
+                    await stack.enter_async_context(up)
+            self._stack = stack.pop_all()
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        stack, self._stack = self._stack, None
+        if stack is not None:
+            await stack.aclose()
+
+    def _make_changed_handler(self, index: int) -> Callable[[], Awaitable[None]]:
+        async def changed() -> None:
+            if self._enabled and self._upstreams[index].health().tool_count is not None:
+                await self._refresh(index)
+            for listener in list(self._listeners):
+                await listener()
+
+        return changed
+
+    def add_listener(self, listener: Callable[[], Awaitable[None]]) -> None:
+        """Called after any upstream's tool list changed (the server forwards list_changed)."""
+        self._listeners.append(listener)
+
+    def _build_view(self, index: int, tools: Sequence[types.Tool], taken: set[str]) -> _View:
+        entry = self._entries[index]
+        view = _View()
+        include, exclude = set(entry.include), set(entry.exclude)
+        for tool in tools:
+            original = tool.name
+            if include and original not in include:
+                view.dropped.append({"name": original, "reason": "not in include list"})
+                continue
+            if original in exclude:
+                view.dropped.append({"name": original, "reason": "excluded"})
+                continue
+            exposed = entry.prefix + original
+            if exposed in self._own or exposed in taken:
+                if entry.on_collision == "prefer_own":
+                    view.dropped.append({"name": original, "reason": f"collides with {exposed!r}"})
+                    continue
+                exposed = f"upstream_{exposed}"
+                if exposed in self._own or exposed in taken:
+                    view.dropped.append(
+                        {"name": original, "reason": f"collides with {exposed!r} after renaming"}
+                    )
+                    continue
+            if exposed != original:
+                view.renamed.append({"name": original, "exposed_as": exposed})
+                tool = tool.model_copy(update={"name": exposed})
+            taken.add(exposed)
+            view.tools.append(tool)
+            view.routes[exposed] = RelayedTool(exposed, original, index)
+        return view
+
+    async def _refresh(self, index: int) -> None:
+        tools = await self._upstreams[index].list_tools()
+        taken: set[str] = set()
+        for other, view in enumerate(self._views):
+            if other != index:
+                taken.update(view.routes)
+        self._views[index] = self._build_view(index, tools, taken)
+
+    async def list_tools(self) -> list[types.Tool]:
+        """Relayed tools for tools/list. Never waits for an upstream that has not listed yet:
+        the gateway's own tools must stay listable through any upstream outage."""
+        if not self._enabled:
+            return []
+        out: list[types.Tool] = []
+        for index, up in enumerate(self._upstreams):
+            if up.health().tool_count is not None:  # a list is known (possibly from before an outage)
+                await self._refresh(index)
+            out.extend(self._views[index].tools)
+        return out
+
+    async def resolve(self, name: str) -> RelayedTool | None:
+        if not self._enabled:
+            return None
+        for view in self._views:
+            if name in view.routes:
+                return view.routes[name]
+        # Called without listing first (e.g. right after a gateway restart): learn the lists, each
+        # bounded by that upstream's call_wait_s; an unreachable upstream simply contributes nothing.
+        for index in range(len(self._upstreams)):
+            try:
+                await self._refresh(index)
+            except UpstreamError:
+                continue
+            if name in self._views[index].routes:
+                return self._views[index].routes[name]
+        return None
+
+    async def call(
+        self, tool: RelayedTool, params: types.CallToolRequestParams, progress: ProgressCallback | None = None
+    ) -> types.CallToolResult:
+        """Relay one call; arguments and result untouched. The caller's progress token is not
+        forwarded (the upstream leg has its own); progress is relayed through ``progress``."""
+        up = self._upstreams[tool.upstream_index]
+        meta = {k: v for k, v in (params.meta or {}).items() if k != "progress_token"} or None
+        return await up.call_tool(tool.original_name, params.arguments, meta=meta, progress=progress)
+
+    def tool_count(self) -> int:
+        return sum(len(view.tools) for view in self._views)
+
+    def health(self) -> list[dict[str, Any]]:
+        out: list[dict[str, Any]] = []
+        for index, up in enumerate(self._upstreams):
+            view = self._views[index]
+            out.append(
+                {
+                    **up.health().model_dump(mode="json"),
+                    "enabled": self._enabled,
+                    "relayed_tools": len(view.tools),
+                    "dropped": view.dropped,
+                    "renamed": view.renamed,
+                }
+            )
+        return out
+
+    def describe(self) -> list[str]:
+        if not self._entries:
+            return ["No upstream terminal server is configured."]
+        lines = []
+        for up in self._upstreams:
+            h = up.health()
+            server = f"{h.server_name} {h.server_version or ''}".strip() if h.server_name else "not yet known"
+            lines.append(
+                f"Upstream {h.name!r} ({h.transport}): state {h.state}, server {server}, "
+                f"{h.tool_count if h.tool_count is not None else 'unknown number of'} tools relayed unchanged."
+            )
+        return lines

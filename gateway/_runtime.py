@@ -1,0 +1,117 @@
+"""The runtime: everything a request handler needs, entered once and passed down as one typed object.
+
+It owns the catalog, the redactor, the audit log, the remote-operations facade and the upstream relay.
+Identity that cannot change for the life of the process (version, the local user, the start time) is
+snapshotted here once, never re-read per call.
+"""
+
+from __future__ import annotations
+
+import getpass
+import os
+import time
+from collections.abc import Sequence
+from contextlib import AsyncExitStack
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from types import TracebackType
+from typing import Any, Self
+
+from gateway._audit import AuditLog
+from gateway._catalog import AnySpec, Catalog, build_catalog
+from gateway._redact import Redactor
+from gateway._relay import Relay
+from gateway._version import __version__
+from gateway.config import Settings
+from remoteops import RemoteOps
+
+__all__ = ["Identity", "Runtime"]
+
+
+@dataclass(frozen=True)
+class Identity:
+    """Facts about this gateway process, snapshotted at startup."""
+
+    version: str
+    pid: int
+    local_user: str
+    started_at: str
+    started_monotonic: float
+
+
+class Runtime:
+    def __init__(
+        self, settings: Settings, specs: Sequence[AnySpec], *, redactor: Redactor | None = None
+    ) -> None:
+        self.settings = settings
+        # Fail closed before anything starts: unclassified tools, unknown toolsets or names stop here.
+        self.catalog: Catalog = build_catalog(
+            specs,
+            toolsets=settings.tools.toolsets,
+            include=settings.tools.include,
+            exclude=settings.tools.exclude,
+        )
+        self.redactor = redactor or Redactor()
+        self.identity = Identity(
+            version=__version__,
+            pid=os.getpid(),
+            local_user=getpass.getuser(),
+            started_at=datetime.now(UTC).isoformat(timespec="seconds"),
+            started_monotonic=time.monotonic(),
+        )
+        self.audit = AuditLog(
+            settings.audit_path,
+            max_bytes=settings.audit.max_bytes,
+            backups=settings.audit.backups,
+            redactor=self.redactor,
+        )
+        self.remote = RemoteOps(settings.transport, settings.targets)
+        self.relay = Relay(
+            settings.upstreams,
+            own_names=frozenset(self.catalog.enabled),
+            enabled="upstream" in settings.tools.toolsets,
+        )
+        self._stack: AsyncExitStack | None = None
+
+    async def __aenter__(self) -> Self:
+        async with AsyncExitStack() as stack:
+            await stack.enter_async_context(self.remote)
+            await stack.enter_async_context(self.relay)
+            self._stack = stack.pop_all()
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        stack, self._stack = self._stack, None
+        if stack is not None:
+            await stack.aclose()
+
+    def uptime_s(self) -> float:
+        return time.monotonic() - self.identity.started_monotonic
+
+    def describe(self) -> str:
+        """The MCP ``instructions``: what the agent is connected to, from the objects the tools use."""
+        lines = [
+            f"remoteops-gateway {self.identity.version}: OpenSSH remote operations, relayed terminal tools.",
+            f"Enabled toolsets: {', '.join(sorted(t.value for t in self.catalog.toolsets))}.",
+        ]
+        targets = [t.name for t in self.settings.targets]
+        lines.append(
+            f"Targets you may use (the only ones allowed): {', '.join(targets)}."
+            if targets
+            else "No SSH targets are configured."
+        )
+        lines.extend(self.relay.describe())
+        lines.append(
+            "Tool failures are isError results with structuredContent.error = {code, message, retryable, "
+            "details}; transport_lost and upstream_ambiguous mean the action may or may not have run."
+        )
+        return "\n".join(lines)
+
+    def health_counts(self) -> dict[str, Any]:
+        return {
+            "own_tools": len(self.catalog.enabled),
+            "relayed_tools": self.relay.tool_count(),
+            "filtered_out": list(self.catalog.filtered_out),
+        }

@@ -1,0 +1,178 @@
+"""Running the gateway: stdio or guarded HTTP under uvicorn, with sd_notify and a bounded drain.
+
+HTTP shutdown: SIGTERM/SIGINT → ``STOPPING=1`` → stop accepting → in-flight calls drain for at most
+``server.drain_timeout_s`` → runtime closed (masters, upstreams) → exit 0.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import socket
+import sys
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+
+import anyio
+import httpx
+import structlog
+import uvicorn
+from mcp.server.stdio import stdio_server
+
+from gateway._catalog import AnySpec
+from gateway._errors import ConfigError
+from gateway._http import build_http_app, is_loopback_host, public_url
+from gateway._redact import Redactor
+from gateway._runtime import Runtime
+from gateway._sdnotify import Notifier
+from gateway._server import build_server
+from gateway.config import Settings
+
+__all__ = ["serve_http", "serve_stdio"]
+
+_log = structlog.get_logger("gateway.serve")
+
+
+async def serve_stdio(settings: Settings, specs: Sequence[AnySpec], redactor: Redactor) -> None:
+    """Serve one MCP connection on stdin/stdout. Nothing but protocol is ever written to stdout."""
+    principal = f"stdio:{os.getuid()}"
+    async with Runtime(settings, specs, redactor=redactor) as rt:
+        server = build_server(rt, stdio_principal=principal)
+        notifier = Notifier.from_env()
+        async with anyio.create_task_group() as tg:
+
+            def stop() -> None:
+                notifier.stopping()
+                tg.cancel_scope.cancel()
+
+            tg.start_soon(_stop_on_signal, stop)
+            async with stdio_server() as (read_stream, write_stream):
+                notifier.ready("serving on stdio")
+                await server.run(read_stream, write_stream, server.create_initialization_options())
+            tg.cancel_scope.cancel()
+
+
+class _Uvicorn(uvicorn.Server):
+    """uvicorn without its own signal handling: it would re-raise SIGTERM after the drain (exit ≠ 0)."""
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        yield
+
+
+async def _stop_on_signal(on_signal: Callable[[], None]) -> None:
+    with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+        async for _ in signals:
+            on_signal()
+            return
+
+
+def _bind(host: str, port: int) -> socket.socket:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((host, port))
+    sock.listen(128)
+    sock.set_inheritable(True)
+    return sock
+
+
+async def _watchdog(notifier: Notifier, stopping: anyio.Event, health_url: str) -> None:
+    """Ping WATCHDOG=1 only while the loop runs on time and the listener answers /healthz."""
+    interval = notifier.watchdog_interval_s
+    if interval is None:
+        await stopping.wait()
+        return
+    async with httpx.AsyncClient(timeout=httpx.Timeout(min(interval, 2.0))) as client:
+        while not stopping.is_set():
+            try:
+                ok = (await client.get(health_url)).status_code == 200
+            except httpx.HTTPError:
+                ok = False
+            if ok:
+                notifier.watchdog()
+            else:
+                notifier.status("listener not answering /healthz")
+            with anyio.move_on_after(interval):
+                await stopping.wait()
+
+
+async def serve_http(
+    settings: Settings,
+    specs: Sequence[AnySpec],
+    redactor: Redactor,
+    *,
+    token: str | None,
+    ready_file: Path | None = None,
+    announce: bool = True,
+    show_token: bool = False,
+) -> None:
+    server_cfg = settings.server
+    if token is None and not (settings.auth.allow_no_auth and is_loopback_host(server_cfg.host)):
+        raise ConfigError(
+            "auth.mode = 'none' needs auth.allow_no_auth = true and a loopback bind", key="auth.mode"
+        )
+    sock = _bind(server_cfg.host, server_cfg.port)
+    port = sock.getsockname()[1]
+    url = public_url(settings, port)
+    async with Runtime(settings, specs, redactor=redactor) as rt:
+        server = build_server(rt)
+        app = build_http_app(server, settings, token=token, port=port)
+        config = uvicorn.Config(
+            app,
+            log_config=None,
+            access_log=False,
+            lifespan="on",
+            timeout_graceful_shutdown=max(1, int(server_cfg.drain_timeout_s)),
+            server_header=False,
+        )
+        userver = _Uvicorn(config)
+        notifier = Notifier.from_env()
+        health_url = url.removesuffix(server_cfg.path) + "/healthz"
+        async with anyio.create_task_group() as tg:
+
+            async def run_server() -> None:
+                await userver.serve(sockets=[sock])
+                tg.cancel_scope.cancel()
+
+            tg.start_soon(run_server)
+
+            stopping = anyio.Event()
+
+            def stop() -> None:
+                notifier.stopping("draining in-flight calls")
+                stopping.set()
+                userver.should_exit = True
+
+            tg.start_soon(_stop_on_signal, stop)
+            with anyio.fail_after(30):
+                while not userver.started:  # noqa: ASYNC110 - uvicorn exposes only a flag
+                    await anyio.sleep(0.01)
+            info = {
+                "url": url,
+                "port": port,
+                "auth": settings.auth.mode,
+                "token_file": str(settings.token_path) if token else None,
+                "healthz": health_url,
+                "audit_file": str(settings.audit_path),
+            }
+            if ready_file is not None:
+                tmp = ready_file.with_suffix(".tmp")
+                tmp.write_text(json.dumps(info), encoding="utf-8")
+                tmp.replace(ready_file)
+            if announce:
+                print(f"remoteops-gateway {rt.identity.version} serving MCP at {url}", file=sys.stderr)
+                if token:
+                    print(
+                        f"  authenticate with: Authorization: Bearer <token from {settings.token_path}>",
+                        file=sys.stderr,
+                    )
+                    if show_token:
+                        print(f"  token: {token}", file=sys.stderr)
+                print(f"  health: {health_url}   audit: {settings.audit_path}", file=sys.stderr)
+            _log.info("serving", url=url, auth=settings.auth.mode)
+            notifier.ready(f"serving MCP at {url}")
+            tg.start_soon(_watchdog, notifier, stopping, health_url)
+    _log.info("stopped")

@@ -1,0 +1,104 @@
+"""The MCP server: the low-level SDK ``Server`` wired to the runtime.
+
+The low-level server does no input or output validation, so relayed tools pass through byte-for-byte
+while own tools are validated by the dispatcher. ``instructions`` are computed per initialize from the
+runtime, so they always describe what the tools will actually use.
+"""
+
+from __future__ import annotations
+
+import weakref
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+import mcp_types as types
+import structlog
+from mcp.server.auth.middleware.auth_context import get_access_token
+from mcp.server.context import ServerRequestContext
+from mcp.server.lowlevel.server import NotificationOptions, Server
+from mcp.server.models import InitializationOptions
+from mcp.server.session import ServerSession
+
+from gateway._dispatch import dispatch_call
+from gateway._runtime import Runtime
+
+__all__ = ["GatewayServer", "build_server"]
+
+_log = structlog.get_logger("gateway.server")
+
+
+class GatewayServer(Server[Runtime]):
+    """``Server`` whose instructions and capabilities come from the live runtime."""
+
+    runtime: Runtime
+
+    @property  # type: ignore[override]
+    def instructions(self) -> str:
+        return self.runtime.describe()
+
+    @instructions.setter
+    def instructions(self, value: str | None) -> None:  # the SDK assigns it once; the runtime is the source
+        return None
+
+    def create_initialization_options(
+        self,
+        notification_options: NotificationOptions | None = None,
+        experimental_capabilities: dict[str, dict[str, Any]] | None = None,
+        extensions: dict[str, dict[str, Any]] | None = None,
+    ) -> InitializationOptions:
+        return super().create_initialization_options(
+            notification_options or NotificationOptions(tools_changed=True),
+            experimental_capabilities,
+            extensions,
+        )
+
+
+def build_server(rt: Runtime, *, stdio_principal: str | None = None) -> GatewayServer:
+    sessions: weakref.WeakSet[ServerSession] = weakref.WeakSet()
+
+    def principal() -> str:
+        token = get_access_token()
+        if token is not None:
+            return f"bearer:{token.client_id}"
+        return stdio_principal or "anonymous"
+
+    async def on_list_tools(
+        ctx: ServerRequestContext[Runtime], params: types.PaginatedRequestParams | None
+    ) -> types.ListToolsResult:
+        sessions.add(ctx.session)
+        return types.ListToolsResult(tools=rt.catalog.tools() + await rt.relay.list_tools())
+
+    async def on_call_tool(
+        ctx: ServerRequestContext[Runtime], params: types.CallToolRequestParams
+    ) -> types.CallToolResult:
+        sessions.add(ctx.session)
+        session = ctx.session
+
+        async def progress(value: float, total: float | None = None, message: str | None = None) -> None:
+            await session.report_progress(value, total, message)
+
+        return await dispatch_call(rt, params, principal=principal(), report_progress=progress)
+
+    async def tools_changed() -> None:
+        for session in list(sessions):
+            try:
+                await session.send_tool_list_changed()
+            except Exception as exc:  # a closed client must not stop the others from hearing it
+                _log.debug("list_changed_not_delivered", error=type(exc).__name__)
+
+    rt.relay.add_listener(tools_changed)
+
+    @asynccontextmanager
+    async def lifespan(_: Server[Runtime]) -> AsyncIterator[Runtime]:
+        yield rt  # the runtime is entered (and exited) by the caller, around the whole serving loop
+
+    server = GatewayServer(
+        rt.settings.server.name,
+        version=rt.identity.version,
+        lifespan=lifespan,
+        on_list_tools=on_list_tools,
+        on_call_tool=on_call_tool,
+    )
+    server.runtime = rt
+    return server

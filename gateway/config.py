@@ -1,0 +1,206 @@
+"""Configuration: one frozen settings model, read in exactly one place.
+
+Sources, later wins: built-in defaults → TOML file (``--config PATH`` or ``$REMOTEOPS_GATEWAY_CONFIG``) →
+environment overrides ``REMOTEOPS_GATEWAY__SECTION__KEY=value`` (value parsed as JSON when it parses,
+else taken as a string). Unknown keys are errors that name the key and the file or variable.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tomllib
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from gateway._errors import ConfigError
+from remoteops import TargetSpec, TransportSettings
+from upstream import UpstreamSettings
+
+__all__ = [
+    "CONFIG_ENV",
+    "ENV_PREFIX",
+    "AuditSettings",
+    "AuthSettings",
+    "ServerSettings",
+    "Settings",
+    "ToolSettings",
+    "UpstreamEntry",
+    "default_state_dir",
+    "load_settings",
+]
+
+CONFIG_ENV = "REMOTEOPS_GATEWAY_CONFIG"
+ENV_PREFIX = "REMOTEOPS_GATEWAY__"
+
+_FROZEN = ConfigDict(extra="forbid", frozen=True)
+
+
+def default_state_dir() -> Path:
+    """``$XDG_STATE_HOME/remoteops-gateway`` (or ``~/.local/state/remoteops-gateway``)."""
+    base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
+    return Path(base) / "remoteops-gateway"
+
+
+class ServerSettings(BaseModel):
+    model_config = _FROZEN
+
+    name: str = "remoteops-gateway"
+    host: str = "127.0.0.1"
+    port: Annotated[int, Field(ge=0, le=65535)] = 8765
+    path: str = "/mcp"
+    allowed_hosts: tuple[str, ...] = ()
+    """Host header allow-list (``host:port``, ``host:*``); empty = loopback names only."""
+    allowed_origins: tuple[str, ...] = ()
+    """Origin allow-list; empty = loopback origins only. A missing Origin header is always allowed."""
+    max_body_bytes: Annotated[int, Field(ge=1024)] = 256 * 1024
+    max_argument_bytes: Annotated[int, Field(ge=64)] = 64 * 1024
+    drain_timeout_s: Annotated[float, Field(gt=0, le=600)] = 10.0
+    stateless_http: bool = False
+
+    @field_validator("path")
+    @classmethod
+    def _path_is_absolute(cls, value: str) -> str:
+        if not value.startswith("/"):
+            raise ValueError("must start with '/'")
+        return value
+
+
+class AuthSettings(BaseModel):
+    model_config = _FROZEN
+
+    mode: Literal["bearer", "none"] = "bearer"
+    token_file: Path | None = None
+    """Bearer token file; generated (0600) under the state directory on first run when unset."""
+    issuer_url: str | None = None
+    """Authorization server advertised in RFC 9728 metadata (defaults to the gateway's own URL)."""
+    allow_no_auth: bool = False
+    """Must be true (and the bind loopback) for ``mode = "none"`` — turning auth off is explicit."""
+
+
+class AuditSettings(BaseModel):
+    model_config = _FROZEN
+
+    path: Path | None = None
+    """JSONL audit file; defaults to ``<state_dir>/audit.jsonl``."""
+    max_bytes: Annotated[int, Field(ge=4096)] = 10 * 1024 * 1024
+    backups: Annotated[int, Field(ge=0, le=100)] = 3
+
+
+class ToolSettings(BaseModel):
+    model_config = _FROZEN
+
+    toolsets: tuple[str, ...] = ("inspect", "manage", "execute", "upstream")
+    include: tuple[str, ...] = ()
+    """Extra own tools enabled although their toolset is not."""
+    exclude: tuple[str, ...] = ()
+    """Own tools disabled although their toolset is enabled."""
+
+
+class UpstreamEntry(BaseModel):
+    """One relayed upstream: its connection settings plus the gateway-side gating of its tools."""
+
+    model_config = _FROZEN
+
+    connection: UpstreamSettings
+    include: tuple[str, ...] = ()
+    """When non-empty, only these relayed tool names are served."""
+    exclude: tuple[str, ...] = ()
+    prefix: str = ""
+    """Prepended to every relayed name (e.g. ``"term_"``); empty keeps upstream names unchanged."""
+    on_collision: Literal["prefer_own", "prefix_upstream"] = "prefer_own"
+    """A relayed name equal to an own tool: drop it (``prefer_own``) or serve it as ``upstream_<name>``."""
+
+
+class Settings(BaseModel):
+    model_config = _FROZEN
+
+    state_dir: Path = Field(default_factory=default_state_dir)
+    server: ServerSettings = ServerSettings()
+    auth: AuthSettings = AuthSettings()
+    audit: AuditSettings = AuditSettings()
+    tools: ToolSettings = ToolSettings()
+    transport: TransportSettings = TransportSettings()
+    targets: tuple[TargetSpec, ...] = ()
+    upstreams: tuple[UpstreamEntry, ...] = ()
+    log_level: Literal["debug", "info", "warning", "error"] = "info"
+
+    @property
+    def audit_path(self) -> Path:
+        return self.audit.path or self.state_dir / "audit.jsonl"
+
+    @property
+    def token_path(self) -> Path:
+        return self.auth.token_file or self.state_dir / "token"
+
+
+def _merge(base: dict[str, Any], override: Mapping[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for key, value in override.items():
+        if isinstance(value, Mapping) and isinstance(out.get(key), dict):
+            out[key] = _merge(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
+def _env_overrides(environ: Mapping[str, str]) -> tuple[dict[str, Any], dict[str, str]]:
+    """Nested dict from ``REMOTEOPS_GATEWAY__A__B=v`` plus a map dotted-key → variable name."""
+    tree: dict[str, Any] = {}
+    origin: dict[str, str] = {}
+    for name, raw in sorted(environ.items()):
+        if not name.startswith(ENV_PREFIX):
+            continue
+        parts = [p.lower() for p in name[len(ENV_PREFIX) :].split("__") if p]
+        if not parts:
+            raise ConfigError("empty key", source=f"${name}")
+        try:
+            value: Any = json.loads(raw)
+        except ValueError:
+            value = raw
+        node = tree
+        for part in parts[:-1]:
+            node = node.setdefault(part, {})
+            if not isinstance(node, dict):
+                raise ConfigError("conflicting override", source=f"${name}", key=".".join(parts))
+        node[parts[-1]] = value
+        origin[".".join(parts)] = f"${name}"
+    return tree, origin
+
+
+def _source_of(loc: tuple[str | int, ...], env_origin: Mapping[str, str], file: str | None) -> str:
+    dotted = ".".join(str(p) for p in loc)
+    for key, var in env_origin.items():
+        if dotted == key or dotted.startswith(key + "."):
+            return var
+    return file or "defaults"
+
+
+def load_settings(path: Path | None = None, environ: Mapping[str, str] | None = None) -> Settings:
+    """The one place configuration is read. Raises ConfigError naming the key and its source."""
+    env = os.environ if environ is None else environ
+    if path is None and env.get(CONFIG_ENV):
+        path = Path(env[CONFIG_ENV])
+    data: dict[str, Any] = {}
+    file_label: str | None = None
+    if path is not None:
+        file_label = str(path)
+        try:
+            data = tomllib.loads(path.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            raise ConfigError("configuration file not found", source=file_label) from None
+        except tomllib.TOMLDecodeError as exc:
+            raise ConfigError(f"invalid TOML: {exc}", source=file_label) from None
+    overrides, env_origin = _env_overrides(env)
+    data = _merge(data, overrides)
+    try:
+        return Settings.model_validate(data)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        loc = tuple(first["loc"])
+        dotted = ".".join(str(p) for p in loc)
+        kind = "unknown key" if first["type"] == "extra_forbidden" else first["msg"]
+        raise ConfigError(kind, source=_source_of(loc, env_origin, file_label), key=dotted) from None

@@ -1,0 +1,88 @@
+"""``gateway_health`` (inspect): what the gateway is, what it serves and how its parts are doing."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import Field
+
+from gateway._catalog import Toolset, ToolSpec
+from gateway._context import ToolContext
+from gateway.tools._base import Input, Output
+
+__all__ = ["SPECS"]
+
+
+class HealthIn(Input):
+    pass
+
+
+class AuditHealth(Output):
+    path: str
+    records_written: int
+    healthy: bool
+    last_error: str | None
+
+
+class HealthOut(Output):
+    version: str
+    pid: int
+    started_at: str
+    uptime_s: float
+    toolsets: list[str]
+    own_tools: int
+    relayed_tools: int
+    filtered_out: list[str] = Field(
+        description="Own tools disabled by the operator's toolset/include/exclude choice."
+    )
+    audit: AuditHealth
+    transport: dict[str, Any] = Field(description="ControlMaster pool counters and multiplex state.")
+    upstreams: list[dict[str, Any]] = Field(
+        description="Per upstream: state, identity, counters, dropped/renamed."
+    )
+
+
+async def gateway_health(ctx: ToolContext, _: HealthIn) -> HealthOut:
+    rt = ctx.runtime
+    counts = rt.health_counts()
+    return HealthOut(
+        version=rt.identity.version,
+        pid=rt.identity.pid,
+        started_at=rt.identity.started_at,
+        uptime_s=round(rt.uptime_s(), 3),
+        toolsets=sorted(t.value for t in rt.catalog.toolsets),
+        own_tools=counts["own_tools"],
+        relayed_tools=counts["relayed_tools"],
+        filtered_out=counts["filtered_out"],
+        audit=AuditHealth.model_validate(rt.audit.status()),
+        transport=rt.remote.stats().model_dump(mode="json"),
+        upstreams=rt.relay.health(),
+    )
+
+
+def _render(out: HealthOut) -> str:
+    ups = ", ".join(f"{u.get('name')}={u.get('state')}" for u in out.upstreams) or "none"
+    return (
+        f"remoteops-gateway {out.version} up {out.uptime_s:.0f}s; toolsets {','.join(out.toolsets)}; "
+        f"{out.own_tools} own + {out.relayed_tools} relayed tools ({len(out.filtered_out)} filtered out); "
+        f"upstreams: {ups}; audit {'ok' if out.audit.healthy else 'FAILING'}"
+    )
+
+
+SPECS: list[ToolSpec[Any, Any]] = [
+    ToolSpec(
+        name="gateway_health",
+        title="Gateway health",
+        description="Version, uptime, enabled toolsets, tool counts (own, relayed, filtered out), audit-log "
+        "status, SSH transport counters and upstream state.",
+        input_model=HealthIn,
+        output_model=HealthOut,
+        toolset=Toolset.INSPECT,
+        read_only=True,
+        destructive=False,
+        idempotent=True,
+        open_world=False,
+        handler=gateway_health,
+        render=_render,
+    )
+]

@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# The README's test command: installs what the suite needs, then lints, type-checks and runs every test.
+#   - Debian packages (when root and apt-get exist): openssh-server rsync sudo tmux procps iproute2
+#   - a virtualenv in .venv with the project and its dev extra (pip cache kept in .cache/pip)
+# Extra arguments go to pytest (e.g. ops/test.sh -k relay -x).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+root=$(pwd)
+
+py=${PYTHON:-python3}
+"$py" -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else 1)' \
+  || { echo "ops/test.sh: Python >= 3.11 is required ($py is $("$py" -V 2>&1))" >&2; exit 2; }
+
+pkgs="openssh-server openssh-client rsync sudo tmux procps iproute2"
+if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+  missing=""
+  for p in $pkgs; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"
+  done
+  if [ -n "$missing" ]; then
+    echo "ops/test.sh: installing Debian packages:$missing" >&2
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $missing >/dev/null
+  fi
+else
+  echo "ops/test.sh: not root or no apt-get: tests needing sshd/sudo will skip with that reason" >&2
+fi
+
+export PIP_CACHE_DIR="$root/.cache/pip" PIP_DISABLE_PIP_VERSION_CHECK=1
+stamp=.venv/.installed-$(sha256sum pyproject.toml | cut -c1-16)
+if [ ! -x .venv/bin/python ]; then
+  "$py" -m venv .venv
+fi
+if [ ! -f "$stamp" ]; then
+  .venv/bin/python -m pip install -q --upgrade pip
+  .venv/bin/python -m pip install -q -e '.[dev]'
+  rm -f .venv/.installed-* && touch "$stamp"
+fi
+
+echo "ops/test.sh: ruff check" >&2
+.venv/bin/ruff check .
+echo "ops/test.sh: ruff format --check" >&2
+.venv/bin/ruff format --check .
+echo "ops/test.sh: mypy --strict gateway upstream remoteops" >&2
+.venv/bin/mypy --strict gateway upstream remoteops
+echo "ops/test.sh: pytest" >&2
+exec .venv/bin/pytest "$@"

@@ -1,0 +1,3 @@
+"""remoteops package."""
+
+__all__: list[str] = []

@@ -1,0 +1,55 @@
+"""Frozen configuration objects passed down from the composition root."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+__all__ = ["HostKeyPolicy", "MultiplexMode", "TargetSpec", "TransportSettings"]
+
+MultiplexMode = Literal["off", "auto", "required"]
+HostKeyPolicy = Literal["strict", "accept-new"]
+
+_FROZEN = ConfigDict(frozen=True, extra="forbid")
+
+
+class TransportSettings(BaseModel):
+    """How remoteops drives OpenSSH. Known-hosts handling stays in the ssh configuration."""
+
+    model_config = _FROZEN
+
+    ssh_binary: str = "ssh"
+    ssh_config_file: Path | None = None  # passed as ``-F``; None = OpenSSH's defaults (~/.ssh/config, /etc/ssh)
+    control_dir: Path | None = None  # private 0700 dir for master sockets; None = /tmp/rog-<uid>
+    multiplex: MultiplexMode = "auto"
+    max_masters: int = Field(default=32, ge=1, le=1024)
+    max_channels_per_target: int = Field(default=8, ge=1, le=256)  # keep below sshd MaxSessions (10)
+    connect_timeout_s: int = Field(default=10, ge=1, le=300)
+    server_alive_interval_s: int = Field(default=15, ge=1, le=3600)
+    server_alive_count_max: int = Field(default=3, ge=1, le=100)
+    control_persist_s: float = Field(default=300, gt=0)  # idle masters are closed after this long
+    master_check_idle_s: float = Field(default=1.0, ge=0)  # ``ssh -O check`` before reusing a master idle this long
+    master_retry_after_s: float = Field(default=30, ge=0)  # auto mode: after a failed master start, go direct
+    exec_timeout_default_s: float = Field(default=60, gt=0)
+    exec_timeout_max_s: float = Field(default=3600, gt=0)
+    kill_after_s: int = Field(default=5, ge=1, le=120)  # remote TERM -> KILL grace
+    output_cap_bytes: int = Field(default=1024 * 1024, ge=4096)  # per stream; head and tail are kept
+    capability_ttl_s: float = Field(default=120, ge=0)
+
+
+class TargetSpec(BaseModel):
+    """One allow-listed target. ``host`` is an ssh alias or host name handed to ssh."""
+
+    model_config = _FROZEN
+
+    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.@:-]{0,127}$")
+    host: str = Field(pattern=r"^[A-Za-z0-9_.:\[\]%-]{1,255}$")
+    user: str | None = Field(default=None, pattern=r"^[A-Za-z0-9_.][A-Za-z0-9_.-]{0,63}$")
+    port: int | None = Field(default=None, ge=1, le=65535)
+    host_key_policy: HostKeyPolicy = "strict"
+
+    def model_post_init(self, __context: object) -> None:
+        if self.host.startswith("-"):
+            raise ValueError("host must not start with '-'")

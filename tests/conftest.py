@@ -1,0 +1,10 @@
+"""Shared pytest configuration: asyncio is the only backend (asyncssh and uvicorn need it)."""
+
+from __future__ import annotations
+
+import pytest
+
+
+@pytest.fixture(scope="session")
+def anyio_backend() -> str:
+    return "asyncio"

@@ -1,0 +1,37 @@
+"""In-process gateway fixtures: a runtime on a temporary state directory and an MCP client on it."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable, Sequence
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+from mcp import Client
+
+from gateway._catalog import AnySpec
+from gateway._redact import Redactor
+from gateway._runtime import Runtime
+from gateway._server import build_server
+from gateway.config import Settings
+from gateway.tools import all_specs
+
+ClientFactory = Callable[..., AbstractAsyncContextManager[tuple[Client, Runtime]]]
+
+
+@pytest.fixture
+def gateway_client(tmp_path: Path) -> ClientFactory:
+    """``async with gateway_client(extra_specs=..., **settings) as (client, runtime)``."""
+
+    @asynccontextmanager
+    async def factory(
+        extra_specs: Sequence[AnySpec] = (), secrets: Sequence[str] = (), **settings: Any
+    ) -> AsyncIterator[tuple[Client, Runtime]]:
+        cfg = Settings.model_validate({"state_dir": str(tmp_path / "state"), **settings})
+        async with Runtime(cfg, [*all_specs(), *extra_specs], redactor=Redactor(secrets)) as rt:
+            server = build_server(rt, stdio_principal="test")
+            async with Client(server, mode="legacy") as client:
+                yield client, rt
+
+    return factory

@@ -1,0 +1,109 @@
+"""Calls and errors: validation, caps, structured results, internal errors with incidents."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jsonschema
+import pytest
+from structlog.testing import capture_logs
+
+from gateway._catalog import Toolset, ToolSpec
+from gateway._context import ToolContext
+from gateway._dispatch import oversized_argument
+from gateway.tools._base import Input, Output
+from tests.gateway.conftest import ClientFactory
+
+
+class _BoomIn(Input):
+    note: str = ""
+
+
+class _BoomOut(Output):
+    never: str
+
+
+async def _boom(_: ToolContext, __: _BoomIn) -> _BoomOut:
+    raise RuntimeError("kaboom with a stack")
+
+
+BOOM: ToolSpec[Any, Any] = ToolSpec(
+    name="test_boom",
+    title="boom",
+    description="raises.",
+    input_model=_BoomIn,
+    output_model=_BoomOut,
+    toolset=Toolset.INSPECT,
+    read_only=True,
+    destructive=False,
+    idempotent=True,
+    open_world=False,
+    handler=_boom,
+)
+
+
+def _error(result: Any) -> dict[str, Any]:
+    assert result.is_error is True
+    assert result.structured_content is not None
+    err = result.structured_content["error"]
+    assert set(err) == {"code", "message", "retryable", "details"}
+    return dict(err)
+
+
+@pytest.mark.anyio
+async def test_an_unknown_argument_is_a_validation_error(gateway_client: ClientFactory) -> None:
+    async with gateway_client() as (client, _):
+        result = await client.call_tool("gateway_health", {"verbose": True})
+        err = _error(result)
+        assert err["code"] == "validation_error"
+        assert err["retryable"] is False
+        assert err["details"]["errors"][0]["type"] == "extra_forbidden"
+
+
+@pytest.mark.anyio
+async def test_an_oversized_string_argument_is_refused_before_the_tool_runs(
+    gateway_client: ClientFactory,
+) -> None:
+    async with gateway_client(extra_specs=[BOOM], server={"max_argument_bytes": 1024}) as (client, _):
+        result = await client.call_tool("test_boom", {"note": "x" * 1025})
+        err = _error(result)
+        assert err["code"] == "validation_error"
+        assert err["details"] == {"argument": "note", "limit_bytes": 1024}
+
+
+@pytest.mark.anyio
+async def test_an_unexpected_exception_becomes_internal_error_with_a_logged_incident(
+    gateway_client: ClientFactory,
+) -> None:
+    async with gateway_client(extra_specs=[BOOM]) as (client, rt):
+        with capture_logs() as logs:
+            result = await client.call_tool("test_boom", {})
+        err = _error(result)
+        assert err["code"] == "internal_error"
+        incident = err["details"]["incident"]
+        assert "kaboom" not in str(result.model_dump())  # no exception text or traceback to the client
+        assert any(e.get("incident") == incident and e["event"] == "internal_error" for e in logs)
+        audit = rt.settings.audit_path.read_text()
+        assert incident in audit
+        # the server survived: the next call works
+        ok = await client.call_tool("gateway_health", {})
+        assert ok.is_error is not True
+
+
+@pytest.mark.anyio
+async def test_results_carry_structured_content_matching_the_output_schema(
+    gateway_client: ClientFactory,
+) -> None:
+    async with gateway_client() as (client, _):
+        tools = {t.name: t for t in (await client.list_tools()).tools}
+        result = await client.call_tool("gateway_health", {})
+        assert result.is_error is not True
+        jsonschema.validate(result.structured_content, tools["gateway_health"].output_schema)
+        assert result.content
+        assert result.content[0].type == "text"
+        assert result.structured_content["own_tools"] == len(tools)
+
+
+def test_oversized_argument_finds_nested_strings() -> None:
+    assert oversized_argument({"a": ["ok", {"b": "é" * 40}]}, 64) == "a[1].b"
+    assert oversized_argument({"a": ["ok"]}, 64) is None

@@ -1,0 +1,59 @@
+"""The package boundaries: import direction and each package's public surface."""
+
+from __future__ import annotations
+
+import ast
+import importlib
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+ALLOWED = {
+    "gateway": {"gateway", "upstream", "remoteops"},
+    "upstream": {"upstream"},
+    "remoteops": {"remoteops"},
+}
+
+
+def _imports(path: Path) -> set[str]:
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found.update(alias.name.split(".")[0] for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            found.add(node.module.split(".")[0])
+    return found
+
+
+@pytest.mark.parametrize("package", sorted(ALLOWED))
+def test_imports_only_go_in_the_allowed_direction(package: str) -> None:
+    own = set(ALLOWED)
+    offenders = []
+    for path in sorted((ROOT / package).rglob("*.py")):
+        for name in _imports(path) & own:
+            if name not in ALLOWED[package]:
+                offenders.append(f"{path.relative_to(ROOT)} imports {name}")
+    assert offenders == []
+
+
+def test_remoteops_and_upstream_know_nothing_of_mcp_serving() -> None:
+    for path in (ROOT / "remoteops").rglob("*.py"):
+        assert "mcp" not in _imports(path), path
+
+
+PUBLIC = {
+    "gateway": ["main"],
+}
+
+
+@pytest.mark.parametrize("package", sorted(ALLOWED))
+def test_each_package_declares_an_explicit_public_surface(package: str) -> None:
+    module = importlib.import_module(package)
+    exported = module.__all__
+    assert exported == sorted(exported), "keep __all__ sorted"
+    for name in exported:
+        assert hasattr(module, name), f"{package}.{name} is in __all__ but missing"
+    if package in PUBLIC:
+        assert exported == PUBLIC[package]

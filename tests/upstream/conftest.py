@@ -1,0 +1,154 @@
+"""Real-process fixtures for the upstream tests: the fault-injecting MCP server over HTTP and stdio."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import anyio
+import httpx
+import pytest
+
+from upstream import UpstreamSettings
+
+FAULT_SERVER = Path(__file__).resolve().parents[1] / "fixtures" / "fault_upstream.py"
+
+FAST_BACKOFF: dict[str, Any] = {
+    "backoff_initial_s": 0.05,
+    "backoff_max_s": 0.3,
+    "backoff_multiplier": 2.0,
+    "connect_timeout_s": 5.0,
+    "call_wait_s": 5.0,
+}
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def stop_process(proc: subprocess.Popen[bytes]) -> None:
+    """terminate → bounded wait → kill → reap."""
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+    proc.wait(timeout=5)
+
+
+async def wait_for_port(port: int, proc: subprocess.Popen[bytes], ceiling_s: float = 15.0) -> None:
+    """Poll the port until it accepts connections (bounded)."""
+    with anyio.fail_after(ceiling_s):
+        while True:
+            if proc.poll() is not None:
+                raise RuntimeError(f"server exited early with {proc.returncode}")
+            try:
+                stream = await anyio.connect_tcp("127.0.0.1", port)
+            except OSError:
+                await anyio.sleep(0.05)
+                continue
+            await stream.aclose()
+            return
+
+
+class FaultServer:
+    """The fault upstream over streamable HTTP on a fixed port, restartable on that port."""
+
+    def __init__(self, state_dir: Path, port: int, page_size: int = 4) -> None:
+        self.state_dir = state_dir
+        self.port = port
+        self.page_size = page_size
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.url = f"http://127.0.0.1:{port}/mcp"
+
+    async def start(self) -> None:
+        argv = [sys.executable, str(FAULT_SERVER), "--state-dir", str(self.state_dir), "--http", str(self.port)]
+        argv += ["--page-size", str(self.page_size)]
+        self.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
+        await wait_for_port(self.port, self.proc)
+
+    def kill(self) -> None:
+        if self.proc is not None:
+            self.proc.kill()
+            self.proc.wait(timeout=5)
+
+    def stop(self) -> None:
+        if self.proc is not None:
+            stop_process(self.proc)
+
+    def counts(self) -> dict[str, int]:
+        path = self.state_dir / "counts.json"
+        data: dict[str, int] = json.loads(path.read_text()) if path.exists() else {}
+        return data
+
+    async def control(self, method: str, path: str, **params: Any) -> httpx.Response:
+        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{self.port}", timeout=10) as client:
+            return await client.request(method, path, params=params)
+
+    async def kill_via_control(self) -> None:
+        """Ask the server to exit right after answering, then reap it."""
+        response = await self.control("POST", "/control/kill")
+        assert response.status_code == 200
+        assert self.proc is not None
+        with anyio.fail_after(10):
+            while self.proc.poll() is None:  # reaping: the exit is already decided
+                await anyio.sleep(0.02)
+
+    def settings(self, **overrides: Any) -> UpstreamSettings:
+        values: dict[str, Any] = {"name": "fault", "transport": "http", "url": self.url, **FAST_BACKOFF}
+        values.update(overrides)
+        return UpstreamSettings(**values)
+
+
+@pytest.fixture
+async def fault_http(tmp_path: Path) -> AsyncIterator[FaultServer]:
+    server = FaultServer(tmp_path, free_port())
+    await server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+class StdioFault:
+    def __init__(self, state_dir: Path) -> None:
+        self.state_dir = state_dir
+
+    def settings(self, **overrides: Any) -> UpstreamSettings:
+        values: dict[str, Any] = {
+            "name": "fault-stdio",
+            "transport": "stdio",
+            "command": [sys.executable, str(FAULT_SERVER), "--state-dir", str(self.state_dir), "--stdio"],
+            **FAST_BACKOFF,
+        }
+        values.update(overrides)
+        return UpstreamSettings(**values)
+
+    def pid(self) -> int:
+        return int((self.state_dir / "pid").read_text())
+
+    def kill(self) -> int:
+        pid = self.pid()
+        os.kill(pid, signal.SIGKILL)
+        return pid
+
+    def counts(self) -> dict[str, int]:
+        path = self.state_dir / "counts.json"
+        data: dict[str, int] = json.loads(path.read_text()) if path.exists() else {}
+        return data
+
+
+@pytest.fixture
+def fault_stdio(tmp_path: Path) -> Iterator[StdioFault]:
+    yield StdioFault(tmp_path)

@@ -1,0 +1,38 @@
+"""The client of one upstream MCP server: supervised connection, single-flight reconnect,
+no replay after ambiguous loss, faithful passthrough of tools and results.
+
+Knows nothing of `gateway` or `remoteops`. The exception tree is drawn in `upstream._errors`.
+"""
+
+from upstream._backoff import Backoff
+from upstream._errors import (
+    UpstreamAmbiguous,
+    UpstreamCallTimeout,
+    UpstreamClosed,
+    UpstreamError,
+    UpstreamProtocolError,
+    UpstreamRejected,
+    UpstreamSessionLost,
+    UpstreamUnavailable,
+)
+from upstream._health import UpstreamHealth, UpstreamState
+from upstream._settings import UpstreamSettings
+from upstream._upstream import ProgressCallback, ToolsChangedCallback, Upstream
+
+__all__ = [
+    "Backoff",
+    "ProgressCallback",
+    "ToolsChangedCallback",
+    "Upstream",
+    "UpstreamAmbiguous",
+    "UpstreamCallTimeout",
+    "UpstreamClosed",
+    "UpstreamError",
+    "UpstreamHealth",
+    "UpstreamProtocolError",
+    "UpstreamRejected",
+    "UpstreamSessionLost",
+    "UpstreamSettings",
+    "UpstreamState",
+    "UpstreamUnavailable",
+]

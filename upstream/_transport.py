@@ -1,0 +1,195 @@
+"""Build the MCP client connection to one upstream. The only module that touches httpx2.
+
+Two liveness hooks are installed here, so the supervisor learns of a dead upstream without
+polling:
+
+* the read stream the SDK session consumes is wrapped: end-of-stream (stdio process exit,
+  HTTP transport teardown) reports the connection lost;
+* for HTTP, the httpx2 transport is wrapped: a transport error reports the connection lost and,
+  for a POST, is turned into a synthetic JSON-RPC error answer tagged with this connection's
+  `tag` and whether the request can have reached the server (`sent`). A connect failure proves
+  the request never left, so the caller may safely send it again on the next connection.
+  Without the wrapper the SDK would only report a bare "Connection closed" for both cases.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from types import TracebackType
+from typing import Any, Final, Self
+
+import anyio
+import httpx2
+import mcp_types as types
+from mcp import Client
+from mcp.client.session import MessageHandlerFnT
+from mcp.client.stdio import StdioServerParameters, stdio_client
+from mcp.client.streamable_http import streamable_http_client
+from mcp.shared.message import SessionMessage
+
+from upstream._settings import UpstreamSettings
+
+__all__ = ["LOCAL_MARK", "open_client"]
+
+LOCAL_MARK: Final = "upstream.local"
+"""Key in a synthetic error's `data` naming the connection tag that produced it."""
+
+_CLIENT_INFO: Final = types.Implementation(name="remoteops-gateway-upstream", version="0.1.0")
+# Transport errors that prove the request never reached the server.
+_NOT_SENT: Final = (
+    httpx2.ConnectError,
+    httpx2.ConnectTimeout,
+    httpx2.PoolTimeout,
+    httpx2.UnsupportedProtocol,
+)
+
+LostFn = Callable[[str], None]
+
+
+class _WatchedReceiveStream:
+    """Delegating read stream that reports end-of-stream as a lost connection."""
+
+    def __init__(self, inner: Any, on_lost: LostFn) -> None:
+        self._inner = inner
+        self._on_lost = on_lost
+
+    @property
+    def last_context(self) -> Any:
+        return getattr(self._inner, "last_context", None)
+
+    async def receive(self) -> SessionMessage | Exception:
+        try:
+            item: SessionMessage | Exception = await self._inner.receive()
+        except (anyio.EndOfStream, anyio.ClosedResourceError, anyio.BrokenResourceError):
+            self._on_lost("ConnectionClosed")
+            raise
+        return item
+
+    def __aiter__(self) -> Self:
+        return self
+
+    async def __anext__(self) -> SessionMessage | Exception:
+        try:
+            return await self.receive()
+        except anyio.EndOfStream:
+            raise StopAsyncIteration from None
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.aclose()
+
+
+class _GuardedTransport(httpx2.AsyncBaseTransport):
+    """httpx2 transport that reports failures and answers failed POSTs with a tagged JSON-RPC error."""
+
+    def __init__(self, inner: httpx2.AsyncBaseTransport, *, tag: str, on_lost: LostFn) -> None:
+        self._inner = inner
+        self._tag = tag
+        self._on_lost = on_lost
+
+    async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
+        try:
+            return await self._inner.handle_async_request(request)
+        except httpx2.TransportError as exc:
+            error_class = type(exc).__name__
+            self._on_lost(error_class)
+            if request.method != "POST":
+                raise
+            sent = not isinstance(exc, _NOT_SENT)
+            body = {
+                "jsonrpc": "2.0",
+                "id": None,
+                "error": {
+                    "code": types.CONNECTION_CLOSED,
+                    "message": f"upstream transport failed: {error_class}",
+                    "data": {LOCAL_MARK: self._tag, "sent": sent, "error_class": error_class},
+                },
+            }
+            return httpx2.Response(
+                503,
+                headers={"content-type": "application/json"},
+                content=json.dumps(body).encode(),
+                request=request,
+            )
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
+
+
+@asynccontextmanager
+async def _watched(inner: Any, on_lost: LostFn) -> AsyncIterator[Any]:
+    async with inner as (read_stream, write_stream):
+        yield _WatchedReceiveStream(read_stream, on_lost), write_stream
+
+
+def _http_headers(settings: UpstreamSettings) -> dict[str, str]:
+    headers = dict(settings.headers)
+    if settings.bearer_token_file is not None:
+        # Read on every connect so a rotated token is picked up; never logged.
+        token = settings.bearer_token_file.read_text(encoding="utf-8").strip()
+        if not token:
+            raise ValueError(f"bearer token file for upstream {settings.name!r} is empty")
+        headers["Authorization"] = f"Bearer {token}"
+    return headers
+
+
+@asynccontextmanager
+async def open_client(
+    settings: UpstreamSettings,
+    *,
+    tag: str,
+    on_lost: LostFn,
+    message_handler: MessageHandlerFnT,
+) -> AsyncIterator[Client]:
+    """Connect to the upstream and complete the handshake; the yielded `Client` is ready for requests.
+
+    Raises whatever the spawn, connect or handshake raised (the supervisor records it and retries).
+    """
+    if settings.transport == "http":
+        if settings.url is None:  # pragma: no cover - UpstreamSettings requires it
+            raise ValueError("transport 'http' needs url")
+        timeout = httpx2.Timeout(
+            settings.connect_timeout_s,
+            connect=settings.connect_timeout_s,
+            read=settings.call_timeout_s + 30.0,
+        )
+        guarded = _GuardedTransport(httpx2.AsyncHTTPTransport(), tag=tag, on_lost=on_lost)
+        http_client = httpx2.AsyncClient(
+            headers=_http_headers(settings), timeout=timeout, transport=guarded, follow_redirects=False
+        )
+        async with http_client:
+            transport = _watched(streamable_http_client(settings.url, http_client=http_client), on_lost)
+            async with Client(
+                transport,
+                mode=settings.mode,
+                cache=None,
+                message_handler=message_handler,
+                client_info=_CLIENT_INFO,
+            ) as client:
+                yield client
+    else:
+        params = StdioServerParameters(
+            command=settings.command[0],
+            args=list(settings.command[1:]),
+            env=dict(settings.env) or None,
+            cwd=settings.cwd,
+        )
+        transport = _watched(stdio_client(params, errlog=sys.stderr), on_lost)
+        async with Client(
+            transport,
+            mode=settings.mode,
+            cache=None,
+            message_handler=message_handler,
+            client_info=_CLIENT_INFO,
+        ) as client:
+            yield client

@@ -1,0 +1,430 @@
+"""`Upstream`: one supervised connection to one upstream MCP server.
+
+The connection lives in a supervisor task (`run`) that owns every SDK object, so an upstream
+failure never propagates into the caller's task group. Only the supervisor connects, so at
+most one connection attempt is ever in flight, however many callers wait. Callers share the
+published connection and report what they learn about it (`_Connection.mark_lost`).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import uuid
+from collections.abc import Awaitable, Callable, Mapping
+from contextlib import AsyncExitStack
+from dataclasses import dataclass, field
+from types import TracebackType
+from typing import Any, Protocol, Self
+
+import anyio
+import anyio.abc
+import mcp_types as types
+from mcp import Client
+from mcp.client.session import ClientSession, IncomingMessage
+from mcp.shared.exceptions import MCPError
+from pydantic import ValidationError
+
+from upstream._backoff import Backoff
+from upstream._calls import Outcome, call_params, classify, list_all_tools
+from upstream._errors import (
+    UpstreamAmbiguous,
+    UpstreamCallTimeout,
+    UpstreamClosed,
+    UpstreamProtocolError,
+    UpstreamRejected,
+    UpstreamSessionLost,
+    UpstreamUnavailable,
+)
+from upstream._health import Stats, UpstreamHealth, UpstreamState, utc_now_iso
+from upstream._settings import UpstreamSettings
+from upstream._transport import open_client
+
+__all__ = ["ProgressCallback", "ToolsChangedCallback", "Upstream"]
+
+logger = logging.getLogger("upstream")
+
+_MAX_NOT_SENT_RETRIES = 3
+
+
+class ProgressCallback(Protocol):
+    """Receives the upstream's notifications/progress for one call."""
+
+    async def __call__(self, progress: float, total: float | None, message: str | None) -> None: ...
+
+
+ToolsChangedCallback = Callable[[tuple[types.Tool, ...]], Awaitable[None]]
+"""Called with the new tool list after notifications/tools/list_changed, and whenever a
+(re)connect publishes a list that differs from the previous one (the first connect included)."""
+
+
+def _leaf_error_class(exc: BaseException) -> str:
+    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
+        exc = exc.exceptions[0]
+    if isinstance(exc, MCPError):
+        return f"MCPError({exc.code})"
+    return type(exc).__name__
+
+
+def _dump(tools: tuple[types.Tool, ...] | None) -> list[dict[str, Any]] | None:
+    if tools is None:
+        return None
+    return [tool.model_dump(by_alias=True, exclude_none=True, mode="json") for tool in tools]
+
+
+@dataclass(eq=False)
+class _Connection:
+    """One connection generation. `lost` is set once, by whoever first learns it is gone."""
+
+    tag: str
+    lost: anyio.Event = field(default_factory=anyio.Event)
+    lost_reason: str | None = None
+    list_changed: anyio.Event = field(default_factory=anyio.Event)
+    client: Client | None = None
+    connected_since: str | None = None
+
+    def session(self) -> ClientSession:
+        if self.client is None:  # pragma: no cover - only verified connections are published
+            raise RuntimeError("connection not established")
+        return self.client.session
+
+    def mark_lost(self, reason: str) -> None:
+        if not self.lost.is_set():
+            self.lost_reason = reason
+            self.lost.set()
+
+    async def handle_message(self, message: IncomingMessage) -> None:
+        if isinstance(message, types.ToolListChangedNotification):
+            self.list_changed.set()
+        await anyio.lowlevel.checkpoint()
+
+
+class Upstream:
+    """Supervised client of one upstream MCP server.
+
+    Use `async with Upstream(settings) as up:` (the supervisor runs in an internal task group),
+    or start `up.run` in your own task group (`await tg.start(up.run)`). Several may coexist.
+    """
+
+    def __init__(
+        self,
+        settings: UpstreamSettings,
+        *,
+        on_tools_changed: ToolsChangedCallback | None = None,
+        backoff: Backoff | None = None,
+    ) -> None:
+        self.settings = settings
+        self._on_tools_changed = on_tools_changed
+        self.backoff = backoff or Backoff(
+            initial_s=settings.backoff_initial_s,
+            max_s=settings.backoff_max_s,
+            multiplier=settings.backoff_multiplier,
+            jitter=settings.backoff_jitter,
+        )
+        self._stats = Stats()
+        self._state: UpstreamState = "stopped"
+        self._running = False
+        self._conn: _Connection | None = None
+        self._ready = anyio.Event()
+        self._tools: tuple[types.Tool, ...] | None = None
+        self._protocol_version: str | None = None
+        self._server_info: types.Implementation | None = None
+        self._exit_stack: AsyncExitStack | None = None
+        self._changed = anyio.Event()
+
+    @property
+    def name(self) -> str:
+        return self.settings.name
+
+    def _signal(self) -> None:
+        """Wake `wait_for` waiters: something shown by `health()` changed."""
+        self._changed.set()
+        self._changed = anyio.Event()
+
+    async def wait_for(self, predicate: Callable[[UpstreamHealth], bool]) -> UpstreamHealth:
+        """Wait until `predicate(health())` holds (unbounded: wrap it in `anyio.fail_after`)."""
+        while True:
+            changed = self._changed
+            health = self.health()
+            if predicate(health):
+                return health
+            await changed.wait()
+
+    # ----------------------------------------------------------------- lifecycle
+
+    async def __aenter__(self) -> Self:
+        async with AsyncExitStack() as stack:
+            tg = await stack.enter_async_context(anyio.create_task_group())
+            stack.callback(tg.cancel_scope.cancel)  # runs first on exit: stop the supervisor
+            await tg.start(self.run)
+            self._exit_stack = stack.pop_all()
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        stack, self._exit_stack = self._exit_stack, None
+        if stack is not None:
+            await stack.__aexit__(exc_type, exc, tb)
+
+    async def run(self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+        """Supervise the connection until cancelled. Never raises anything but cancellation."""
+        if self._running:
+            raise RuntimeError(f"upstream {self.name!r} is already running")
+        self._running = True
+        self._state = "starting"
+        try:
+            task_status.started()
+            while True:
+                conn = await self._attempt()
+                if conn.lost_reason == "session-not-found":
+                    continue  # the upstream is alive and answered definitively: re-initialise now
+                self._state = "down"
+                self._signal()
+                await anyio.sleep(self.backoff.fail())
+        finally:
+            self._running = False
+            self._state = "stopped"
+            self._conn = None
+            self._ready.set()  # wake waiters so they see the stop
+            self._signal()
+
+    async def _attempt(self) -> _Connection:
+        """One connection attempt; returns when it failed or, once verified, when it is lost."""
+        conn = _Connection(tag=uuid.uuid4().hex)
+        stats = self._stats
+        stats.connect_attempts += 1
+        self._state = "starting" if stats.connect_successes == 0 else "reconnecting"
+        stats.attempts_in_flight += 1
+        stats.attempts_in_flight_max = max(stats.attempts_in_flight_max, stats.attempts_in_flight)
+        in_flight = True
+        self._signal()
+        try:
+            with anyio.CancelScope(deadline=anyio.current_time() + self.settings.connect_timeout_s) as scope:
+                async with open_client(
+                    self.settings, tag=conn.tag, on_lost=conn.mark_lost, message_handler=conn.handle_message
+                ) as client:
+                    tools = await list_all_tools(client.session)
+                    scope.deadline = math.inf
+                    stats.attempts_in_flight -= 1
+                    in_flight = False
+                    # Functional success: only now may the backoff reset.
+                    self.backoff.reset()
+                    stats.connect_successes += 1
+                    conn.client = client
+                    conn.connected_since = utc_now_iso()
+                    self._protocol_version = client.protocol_version
+                    self._server_info = client.server_info
+                    changed = _dump(tools) != _dump(self._tools)
+                    self._tools = tools
+                    self._conn = conn
+                    self._state = "connected"
+                    self._ready.set()
+                    self._signal()
+                    async with anyio.create_task_group() as conn_tg:
+                        conn_tg.start_soon(self._refresh_tools, conn, changed)
+                        await conn.lost.wait()
+                        conn_tg.cancel_scope.cancel()
+            if scope.cancelled_caught and conn.client is None:
+                stats.record_error("ConnectTimeout")
+        except Exception as exc:  # boundary: any upstream failure ends this attempt, never the gateway
+            stats.record_error(_leaf_error_class(exc))
+            logger.warning(
+                "upstream %r connection failed: %s", self.name, _leaf_error_class(exc), exc_info=False
+            )
+        finally:
+            if in_flight:
+                stats.attempts_in_flight -= 1
+            conn.mark_lost(conn.lost_reason or "closed")
+            if self._conn is conn:
+                self._conn = None
+                self._ready = anyio.Event()
+        if conn.lost_reason not in (None, "closed", "session-not-found") and conn.client is not None:
+            stats.record_error(conn.lost_reason)
+        self._signal()
+        return conn
+
+    async def _refresh_tools(self, conn: _Connection, changed: bool) -> None:
+        if changed:
+            await self._notify_tools_changed()
+        while True:
+            await conn.list_changed.wait()
+            conn.list_changed = anyio.Event()
+            try:
+                with anyio.fail_after(self.settings.list_timeout_s):
+                    tools = await list_all_tools(conn.session())
+            except MCPError as exc:
+                outcome, error_class = classify(exc, tag=conn.tag, connection_lost=conn.lost.is_set())
+                self._stats.record_error(error_class)
+                if outcome is not Outcome.REJECTED:
+                    conn.mark_lost(error_class)
+                    return
+                continue
+            except (TimeoutError, ValidationError) as exc:
+                self._stats.record_error(type(exc).__name__)
+                continue
+            self._tools = tools
+            self._signal()
+            await self._notify_tools_changed()
+
+    async def _notify_tools_changed(self) -> None:
+        if self._on_tools_changed is None or self._tools is None:
+            return
+        try:
+            await self._on_tools_changed(self._tools)
+        except Exception:  # boundary: a faulty gateway callback must not kill the supervisor
+            logger.exception("upstream %r: tools-changed callback raised", self.name)
+
+    # ----------------------------------------------------------------- callers
+
+    async def _wait_connection(self) -> _Connection:
+        """Wait (unbounded: callers bound it) for a live published connection."""
+        while True:
+            if not self._running:
+                raise UpstreamClosed(f"upstream {self.name!r} is not running", upstream=self.name)
+            conn = self._conn
+            if conn is not None and not conn.lost.is_set():
+                return conn
+            await self._ready.wait()
+            if self._conn is None or self._conn.lost.is_set():
+                await anyio.lowlevel.checkpoint()
+
+    async def _acquire(self, started: float) -> _Connection:
+        remaining = started + self.settings.call_wait_s - anyio.current_time()
+        conn: _Connection | None = None
+        with anyio.move_on_after(max(0.0, remaining)):
+            conn = await self._wait_connection()
+        if conn is None:
+            raise self._unavailable(UpstreamUnavailable, started, "no working connection")
+        return conn
+
+    def _unavailable(self, cls: type[UpstreamUnavailable], started: float, why: str) -> UpstreamUnavailable:
+        waited = anyio.current_time() - started
+        return cls(
+            f"upstream {self.name!r} unavailable after {waited:.1f}s: {why}",
+            upstream=self.name,
+            state=self._state,
+            waited_s=waited,
+            last_error=self._stats.last_error_class,
+        )
+
+    async def list_tools(self) -> list[types.Tool]:
+        """The upstream's tools, unchanged, all pages. Served from the cache (refreshed on every
+        (re)connect and on list_changed); during an outage the last known list is returned."""
+        tools = self._tools
+        if tools is None:
+            await self._acquire(anyio.current_time())
+            tools = self._tools or ()
+        return list(tools)
+
+    async def call_tool(
+        self,
+        name: str,
+        arguments: Mapping[str, Any] | None = None,
+        *,
+        meta: Mapping[str, Any] | None = None,
+        progress: ProgressCallback | None = None,
+    ) -> types.CallToolResult:
+        """Relay one tools/call and return the upstream's result unchanged (isError included).
+
+        Raises UpstreamUnavailable (nothing sent), UpstreamAmbiguous (may have run; not replayed),
+        UpstreamRejected (JSON-RPC error from the upstream), UpstreamProtocolError, UpstreamClosed.
+        """
+        request = types.CallToolRequest(params=call_params(name, arguments, meta))
+        started = anyio.current_time()
+        session_retried = False
+        not_sent = 0
+        while True:
+            conn = await self._acquire(started)
+            session = conn.session()
+            sent_at = anyio.current_time()
+            result: types.CallToolResult | None = None
+            try:
+                with anyio.move_on_after(self.settings.call_timeout_s):
+                    result = await session.send_request(
+                        request, types.CallToolResult, progress_callback=progress
+                    )
+            except MCPError as exc:
+                outcome, error_class = classify(exc, tag=conn.tag, connection_lost=conn.lost.is_set())
+                if outcome is Outcome.REJECTED:
+                    raise UpstreamRejected(
+                        upstream=self.name,
+                        method="tools/call",
+                        code=exc.code,
+                        message=exc.message,
+                        data=exc.data,
+                    ) from exc
+                if outcome is Outcome.NOT_SENT:
+                    conn.mark_lost(error_class)
+                    not_sent += 1
+                    if not_sent > _MAX_NOT_SENT_RETRIES:
+                        raise self._unavailable(UpstreamUnavailable, started, error_class) from exc
+                    continue
+                if outcome is Outcome.SESSION_NOT_FOUND:
+                    conn.mark_lost("session-not-found")
+                    if session_retried:
+                        raise self._unavailable(
+                            UpstreamSessionLost, started, "session not found twice in a row"
+                        ) from exc
+                    session_retried = True
+                    self._stats.session_not_found_retries += 1
+                    self._signal()
+                    continue
+                conn.mark_lost(error_class)
+                raise self._ambiguous(name, sent_at, error_class) from exc
+            except ValidationError as exc:
+                raise UpstreamProtocolError(
+                    f"upstream {self.name!r} sent an invalid tools/call result",
+                    upstream=self.name,
+                    method="tools/call",
+                ) from exc
+            if result is None:
+                self._stats.ambiguous_losses += 1
+                self._stats.record_error("TimeoutError")
+                self._signal()
+                raise UpstreamCallTimeout(
+                    f"upstream {self.name!r}: {name} did not answer within {self.settings.call_timeout_s}s",
+                    upstream=self.name,
+                    tool=name,
+                    elapsed_s=anyio.current_time() - sent_at,
+                    timeout_s=self.settings.call_timeout_s,
+                )
+            return result
+
+    def _ambiguous(self, tool: str, sent_at: float, error_class: str) -> UpstreamAmbiguous:
+        self._stats.ambiguous_losses += 1
+        self._stats.record_error(error_class)
+        self._signal()
+        elapsed = anyio.current_time() - sent_at
+        return UpstreamAmbiguous(
+            f"upstream {self.name!r}: connection lost during {tool} after {elapsed:.1f}s; "
+            "the call may or may not have run and was not re-sent",
+            upstream=self.name,
+            tool=tool,
+            elapsed_s=elapsed,
+            cause=error_class,
+        )
+
+    # ----------------------------------------------------------------- health
+
+    def health(self) -> UpstreamHealth:
+        stats = self._stats
+        info = self._server_info
+        conn = self._conn
+        return UpstreamHealth(
+            name=self.name,
+            transport=self.settings.transport,
+            state=self._state,
+            protocol_version=self._protocol_version,
+            server_name=info.name if info is not None else None,
+            server_version=info.version if info is not None else None,
+            tool_count=len(self._tools) if self._tools is not None else None,
+            connected_since=conn.connected_since if conn is not None else None,
+            connect_attempts=stats.connect_attempts,
+            connect_successes=stats.connect_successes,
+            attempts_in_flight_max=stats.attempts_in_flight_max,
+            ambiguous_losses=stats.ambiguous_losses,
+            session_not_found_retries=stats.session_not_found_retries,
+            last_error_class=stats.last_error_class,
+            last_error_at=stats.last_error_at,
+        )
