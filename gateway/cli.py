@@ -17,7 +17,7 @@ from typing import Any
 
 import anyio
 
-from gateway._catalog import AnySpec
+from gateway._catalog import AnySpec, build_catalog
 from gateway._errors import ConfigError
 from gateway._http import ensure_token
 from gateway._logging import configure_logging
@@ -28,17 +28,18 @@ from gateway.tools import all_specs
 
 __all__ = ["main"]
 
-_SECRET_FIELD_HINTS = ("token", "password", "secret", "header")
+_SECRET_FIELD_HINTS = ("token", "password", "secret", "header", "authorization", "env")
 
 
 def _mask(value: Any, key: str = "") -> Any:
+    """Mask secret-bearing values (tokens, passwords, headers, env values); file paths stay visible."""
+    lowered = key.lower()
+    if value and any(h in lowered for h in _SECRET_FIELD_HINTS) and not lowered.endswith(("_file", "_path")):
+        return "***"
     if isinstance(value, dict):
         return {k: _mask(v, k) for k, v in value.items()}
     if isinstance(value, list):
         return [_mask(v, key) for v in value]
-    lowered = key.lower()
-    if value and any(h in lowered for h in _SECRET_FIELD_HINTS) and not lowered.endswith(("_file", "_path")):
-        return "***"
     return value
 
 
@@ -119,6 +120,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         settings = load_settings(args.config)
         if args.command == "config":
+            build_catalog(all_specs(), **settings.tools.model_dump())  # toolset and tool names are validated too
             print(json.dumps(_mask(settings.model_dump(mode="json")), indent=2))
             return 0
         if args.command == "tools":

@@ -5,11 +5,6 @@
 # Extra arguments go to pytest (e.g. ops/test.sh -k relay -x).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-root=$(pwd)
-
-py=${PYTHON:-python3}
-"$py" -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else 1)' \
-  || { echo "ops/test.sh: Python >= 3.11 is required ($py is $("$py" -V 2>&1))" >&2; exit 2; }
 
 pkgs="openssh-server openssh-client rsync sudo tmux procps iproute2"
 if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
@@ -26,16 +21,8 @@ else
   echo "ops/test.sh: not root or no apt-get: tests needing sshd/sudo will skip with that reason" >&2
 fi
 
-export PIP_CACHE_DIR="$root/.cache/pip" PIP_DISABLE_PIP_VERSION_CHECK=1
-stamp=.venv/.installed-$(sha256sum pyproject.toml | cut -c1-16)
-if [ ! -x .venv/bin/python ]; then
-  "$py" -m venv .venv
-fi
-if [ ! -f "$stamp" ]; then
-  .venv/bin/python -m pip install -q --upgrade pip
-  .venv/bin/python -m pip install -q -e '.[dev]'
-  rm -f .venv/.installed-* && touch "$stamp"
-fi
+. ops/_venv.sh
+ensure_venv ".[dev]"
 
 echo "ops/test.sh: ruff check" >&2
 .venv/bin/ruff check .

@@ -45,11 +45,8 @@ class TargetSpec(BaseModel):
     model_config = _FROZEN
 
     name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.@:-]{0,127}$")
-    host: str = Field(pattern=r"^[A-Za-z0-9_.:\[\]%-]{1,255}$")
+    host: str = Field(pattern=r"^[A-Za-z0-9_.:\[\]][A-Za-z0-9_.:\[\]%-]{0,254}$")  # never a leading '-'
     user: str | None = Field(default=None, pattern=r"^[A-Za-z0-9_.][A-Za-z0-9_.-]{0,63}$")
     port: int | None = Field(default=None, ge=1, le=65535)
     host_key_policy: HostKeyPolicy = "strict"
 
-    def model_post_init(self, __context: object) -> None:
-        if self.host.startswith("-"):
-            raise ValueError("host must not start with '-'")

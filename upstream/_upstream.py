@@ -38,13 +38,17 @@ from upstream._errors import (
 )
 from upstream._health import Stats, UpstreamHealth, UpstreamState, utc_now_iso
 from upstream._settings import UpstreamSettings
-from upstream._transport import open_client
+from upstream._transport import LOCAL_MARK, open_client
 
 __all__ = ["ProgressCallback", "ToolsChangedCallback", "Upstream"]
 
 logger = logging.getLogger("upstream")
 
 _MAX_NOT_SENT_RETRIES = 3
+_DRAIN_S = 2.0
+"""After a loss, how long the supervisor lets in-flight calls settle before closing the client:
+on a dead HTTP upstream each pending POST then fails its own connect and is provably not sent,
+instead of being cut off by the teardown (which would make it ambiguous)."""
 
 
 class ProgressCallback(Protocol):
@@ -62,6 +66,9 @@ def _leaf_error_class(exc: BaseException) -> str:
     while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
         exc = exc.exceptions[0]
     if isinstance(exc, MCPError):
+        data = exc.data
+        if isinstance(data, Mapping) and LOCAL_MARK in data:
+            return str(data.get("error_class", "TransportError"))
         return f"MCPError({exc.code})"
     return type(exc).__name__
 
@@ -82,6 +89,22 @@ class _Connection:
     list_changed: anyio.Event = field(default_factory=anyio.Event)
     client: Client | None = None
     connected_since: str | None = None
+    in_flight: int = 0
+    idle: anyio.Event = field(default_factory=anyio.Event)
+
+    def call_started(self) -> None:
+        self.in_flight += 1
+        if self.idle.is_set():
+            self.idle = anyio.Event()
+
+    def call_ended(self) -> None:
+        self.in_flight -= 1
+        if self.in_flight == 0:
+            self.idle.set()
+
+    async def drained(self) -> None:
+        if self.in_flight:
+            await self.idle.wait()
 
     def session(self) -> ClientSession:
         if self.client is None:  # pragma: no cover - only verified connections are published
@@ -225,13 +248,17 @@ class Upstream:
                         conn_tg.start_soon(self._refresh_tools, conn, changed)
                         await conn.lost.wait()
                         conn_tg.cancel_scope.cancel()
+                    with anyio.move_on_after(_DRAIN_S):
+                        await conn.drained()
             if scope.cancelled_caught and conn.client is None:
                 stats.record_error("ConnectTimeout")
         except Exception as exc:  # boundary: any upstream failure ends this attempt, never the gateway
-            stats.record_error(_leaf_error_class(exc))
-            logger.warning(
-                "upstream %r connection failed: %s", self.name, _leaf_error_class(exc), exc_info=False
-            )
+            if conn.client is not None and conn.lost.is_set():
+                pass  # teardown noise after a loss already recorded below
+            else:
+                conn.mark_lost(_leaf_error_class(exc))
+                stats.record_error(_leaf_error_class(exc))
+                logger.warning("upstream %r connection failed: %s", self.name, _leaf_error_class(exc))
         finally:
             if in_flight:
                 stats.attempts_in_flight -= 1
@@ -339,6 +366,7 @@ class Upstream:
             session = conn.session()
             sent_at = anyio.current_time()
             result: types.CallToolResult | None = None
+            conn.call_started()
             try:
                 with anyio.move_on_after(self.settings.call_timeout_s):
                     result = await session.send_request(
@@ -378,6 +406,8 @@ class Upstream:
                     upstream=self.name,
                     method="tools/call",
                 ) from exc
+            finally:
+                conn.call_ended()
             if result is None:
                 self._stats.ambiguous_losses += 1
                 self._stats.record_error("TimeoutError")

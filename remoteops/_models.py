@@ -1,0 +1,155 @@
+"""Typed records returned by the public API."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from ._settings import MultiplexMode
+
+__all__ = [
+    "Capabilities",
+    "DiagnoseReport",
+    "DiskUsage",
+    "ExecResult",
+    "MultiplexState",
+    "SectionError",
+    "TargetIdentity",
+    "TargetInfo",
+    "TransportStats",
+]
+
+_FROZEN = ConfigDict(frozen=True, extra="forbid")
+
+
+class ExecResult(BaseModel):
+    """The outcome of one remote command. A non-zero ``exit_code`` (255 included) is a normal result.
+
+    ``signal`` is inferred from the target shell's ``128+N`` convention (``exit_code`` is always kept as the
+    shell reported it). ``timed_out``: the remote time limit stopped the command; ``remote_killed``: the remote
+    process was stopped by remoteops (time limit or cancellation) and confirmed gone.
+    """
+
+    model_config = _FROZEN
+
+    target: str
+    exit_code: int | None
+    signal: str | None = None
+    stdout: str
+    stderr: str
+    stdout_truncated: bool = False
+    stderr_truncated: bool = False
+    stdout_dropped_bytes: int = 0
+    stderr_dropped_bytes: int = 0
+    duration_ms: float
+    timed_out: bool = False
+    remote_killed: bool = False
+    multiplexed: bool = False  # went over a ControlMaster
+
+
+class TargetIdentity(BaseModel):
+    """What ``ssh -G`` resolved a target to. ``identity_hash`` is stable while these fields are."""
+
+    model_config = _FROZEN
+
+    user: str
+    hostname: str
+    port: int
+    proxyjump: tuple[str, ...] = ()
+    proxycommand: str | None = None
+    identity_files: tuple[str, ...] = ()
+    host_key_alias: str | None = None
+    identity_hash: str
+
+
+class Capabilities(BaseModel):
+    model_config = _FROZEN
+
+    target: str
+    identity_hash: str
+    os_id: str | None = None
+    os_version: str | None = None
+    os_pretty: str | None = None
+    kernel: str | None = None
+    arch: str | None = None
+    user: str | None = None
+    uid: int | None = None
+    tools: dict[str, bool] = Field(default_factory=dict)  # every probed tool, present or absent
+    sudo_nopasswd: bool = False  # ``sudo -n true`` succeeded
+    probed_at: float  # epoch seconds
+
+    @property
+    def absent(self) -> list[str]:
+        return sorted(name for name, present in self.tools.items() if not present)
+
+
+class MultiplexState(BaseModel):
+    model_config = _FROZEN
+
+    mode: MultiplexMode
+    master_alive: bool = False
+    master_pid: int | None = None
+    control_path: str | None = None
+    channels_in_use: int = 0
+    idle_s: float | None = None
+    adopted: bool = False  # found already running (e.g. left by an earlier process) and reused
+
+
+class TargetInfo(BaseModel):
+    model_config = _FROZEN
+
+    name: str
+    host: str
+    identity: TargetIdentity | None = None
+    identity_error: str | None = None
+    multiplex: MultiplexState
+
+
+class TransportStats(BaseModel):
+    model_config = _FROZEN
+
+    masters_created: int = 0
+    masters_reused: int = 0
+    masters_adopted: int = 0
+    stale_recovered: int = 0
+    fallbacks: int = 0
+    evictions: int = 0
+    live_masters: int = 0
+    runs: int = 0
+    failures: dict[str, int] = Field(default_factory=dict)  # exception class name -> count
+    capability_probes: int = 0
+    capability_cache_hits: int = 0
+    control_dir: str
+    control_dir_fallback: bool = False
+    control_dir_note: str | None = None
+
+
+class SectionError(BaseModel):
+    model_config = _FROZEN
+
+    error: str  # exception class name
+    detail: str
+
+
+class DiskUsage(BaseModel):
+    model_config = _FROZEN
+
+    filesystem: str
+    mount: str
+    size_kb: int
+    used_kb: int
+    avail_kb: int
+    use_percent: int
+
+
+class DiagnoseReport(BaseModel):
+    """Each section degrades on its own: a failed section is None and its error is in ``errors``."""
+
+    model_config = _FROZEN
+
+    target: str
+    multiplex: MultiplexState
+    identity: TargetIdentity | None = None
+    capabilities: Capabilities | None = None
+    disks: list[DiskUsage] | None = None
+    failed_units: list[str] | None = None
+    errors: dict[str, SectionError] = Field(default_factory=dict)

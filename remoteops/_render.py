@@ -1,0 +1,162 @@
+"""The one command-rendering function: argv (+ cwd, env, remote time limit) -> the remote command string.
+
+Everything remoteops runs on a target goes through :func:`render_command`. The string is POSIX sh, built with
+``shlex.join``: the login shell on the target parses it into ``exec sh -c WRAPPER rog NONCE LIMIT KILL CWD N ENV...
+ARGV...``, so every argv element arrives as one literal word whatever it contains. The wrapper
+
+* prints a start marker on stderr (the command is about to start),
+* exports the validated environment and changes directory (``cd --``),
+* runs argv under ``timeout -k KILL LIMIT`` when the target has ``timeout``; otherwise under a small sh watchdog
+  (TERM after LIMIT, KILL after KILL more seconds; degraded: it signals the direct child only),
+* prints an end marker carrying the exit status on stderr and exits with that status.
+
+The markers (``\\x1eROG<nonce>S`` / ``\\x1eROG<nonce>E<status>``) tell a remote ``exit 255`` apart from ssh's own 255
+and show whether a lost connection happened before or after the command started. Env values are visible in the
+target's process list (acceptable for env); payloads and secrets travel on stdin only.
+"""
+
+from __future__ import annotations
+
+import re
+import secrets
+import shlex
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+__all__ = [
+    "MARKER_ALLOWANCE",
+    "Markers",
+    "RenderedCommand",
+    "format_seconds",
+    "new_nonce",
+    "parse_markers",
+    "render_command",
+    "validate_env",
+]
+
+ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+MARKER_ALLOWANCE = 64  # bytes the two markers may take on stderr
+
+_WRAPPER = r"""n=$1 t=$2 k=$3 d=$4 e=$5; shift 5
+printf '\036ROG%sS\n' "$n" >&2
+tm=$(command -v timeout 2>/dev/null)
+while [ "$e" -gt 0 ]; do export "$1"; shift; e=$((e - 1)); done
+rc=0
+if [ -n "$d" ]; then cd -- "$d" || rc=$?; fi
+if [ "$rc" -eq 0 ]; then
+  if [ -n "$tm" ]; then
+    "$tm" -k "$k" "$t" "$@"; rc=$?
+  else
+    exec 3<&0
+    "$@" <&3 3<&- & p=$!
+    exec 3<&-
+    (sleep "$t"; kill -TERM "$p"; sleep "$k"; kill -KILL "$p") >/dev/null 2>&1 </dev/null & w=$!
+    wait "$p"; rc=$?
+    kill "$w" 2>/dev/null
+  fi
+fi
+printf '\036ROG%sE%d\n' "$n" "$rc" >&2
+exit "$rc"
+"""
+
+# A variant without `timeout`, selected only by tests to exercise the degraded path.
+_WRAPPER_NO_TIMEOUT = _WRAPPER.replace("tm=$(command -v timeout 2>/dev/null)", "tm=")
+
+
+def new_nonce() -> str:
+    return secrets.token_hex(8)
+
+
+def format_seconds(value: float) -> str:
+    text = f"{value:.3f}".rstrip("0").rstrip(".")
+    return text or "0"
+
+
+def validate_env(env: Mapping[str, str] | None) -> list[str]:
+    """Return ``NAME=value`` words; names must match ``^[A-Za-z_][A-Za-z0-9_]*$``, nothing may hold NUL."""
+    words: list[str] = []
+    for name, value in (env or {}).items():
+        if not ENV_NAME.fullmatch(name):
+            raise ValueError(f"invalid environment variable name {name!r}")
+        if "\0" in value:
+            raise ValueError(f"environment value of {name} contains NUL")
+        words.append(f"{name}={value}")
+    return words
+
+
+@dataclass(frozen=True)
+class RenderedCommand:
+    text: str
+    nonce: str
+
+    @property
+    def start_marker(self) -> bytes:
+        return b"\x1eROG" + self.nonce.encode() + b"S\n"
+
+    @property
+    def end_prefix(self) -> bytes:
+        return b"\x1eROG" + self.nonce.encode() + b"E"
+
+
+def render_command(
+    argv: Sequence[str],
+    *,
+    time_limit_s: float,
+    kill_after_s: int = 5,
+    cwd: str | None = None,
+    env: Mapping[str, str] | None = None,
+    nonce: str | None = None,
+    use_timeout_binary: bool = True,
+) -> RenderedCommand:
+    """Render argv for the remote login shell. ``argv`` is data: it is never re-parsed as shell code."""
+    if not argv or argv[0] == "":
+        raise ValueError("argv must be non-empty and argv[0] must not be empty")
+    if any("\0" in word for word in argv) or (cwd is not None and "\0" in cwd):
+        raise ValueError("argv and cwd must not contain NUL")
+    if time_limit_s <= 0:
+        raise ValueError("time_limit_s must be > 0")
+    env_words = validate_env(env)
+    nonce = nonce or new_nonce()
+    wrapper = _WRAPPER if use_timeout_binary else _WRAPPER_NO_TIMEOUT
+    words = [
+        "exec", "sh", "-c", wrapper, "rog", nonce,
+        format_seconds(time_limit_s), str(kill_after_s), cwd or "", str(len(env_words)),
+        *env_words, *argv,
+    ]  # fmt: skip
+    return RenderedCommand(text=shlex.join(words), nonce=nonce)
+
+
+@dataclass(frozen=True)
+class Markers:
+    started: bool
+    exit_code: int | None  # from the end marker; None when the wrapper did not finish
+    head: bytes
+    tail: bytes
+    gap: int
+
+
+_END = re.compile(rb"(\d{1,3})\n")
+
+
+def parse_markers(rendered: RenderedCommand, head: bytes, tail: bytes, gap: int) -> Markers:
+    """Find and remove the wrapper's markers from captured stderr (head, dropped gap, tail)."""
+    if gap == 0:
+        head, tail = head + tail, b""
+    start = rendered.start_marker
+    idx = head.find(start)
+    started = idx >= 0
+    if started:
+        head = head[:idx] + head[idx + len(start) :]
+    exit_code: int | None = None
+    where = tail if tail else head
+    pos = where.rfind(rendered.end_prefix)
+    if pos >= 0:
+        m = _END.match(where, pos + len(rendered.end_prefix))
+        if m is not None:
+            exit_code = int(m.group(1))
+            where = where[:pos] + where[m.end() :]
+            if tail:
+                tail = where
+            else:
+                head = where
+    return Markers(started=started, exit_code=exit_code, head=head, tail=tail, gap=gap)

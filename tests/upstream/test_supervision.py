@@ -1,0 +1,133 @@
+"""Supervision: failures stay inside the Upstream, processes are restarted, backoff is policy-driven."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import anyio
+import pytest
+from pydantic import ValidationError
+
+from tests.upstream.conftest import FaultServer, StdioFault, free_port
+from upstream import Backoff, Upstream, UpstreamClosed, UpstreamSettings, UpstreamUnavailable
+
+pytestmark = pytest.mark.anyio
+
+
+def test_backoff_grows_geometrically_and_is_capped() -> None:
+    backoff = Backoff(initial_s=0.5, max_s=4.0, multiplier=2.0, jitter=0.0)
+    assert [backoff.fail() for _ in range(7)] == [0.5, 1.0, 2.0, 4.0, 4.0, 4.0, 4.0]
+    assert backoff.failures == 7
+
+
+def test_backoff_jitter_only_shortens_delays_by_the_injected_random_fraction() -> None:
+    draws = iter([0.0, 0.5, 0.999])
+    backoff = Backoff(initial_s=1.0, max_s=10.0, multiplier=3.0, jitter=0.5, rand=lambda: next(draws))
+    assert backoff.fail() == pytest.approx(1.0)
+    assert backoff.fail() == pytest.approx(3.0 * 0.75)
+    assert backoff.fail() == pytest.approx(9.0 * (1 - 0.5 * 0.999))
+
+
+def test_backoff_reset_starts_over_from_the_initial_delay() -> None:
+    backoff = Backoff(initial_s=0.1, max_s=1.0, multiplier=2.0, jitter=0.0)
+    for _ in range(5):
+        backoff.fail()
+    backoff.reset()
+    assert backoff.failures == 0
+    assert backoff.fail() == pytest.approx(0.1)
+
+
+def test_backoff_survives_huge_failure_counts_without_overflow() -> None:
+    backoff = Backoff(initial_s=1.0, max_s=60.0, multiplier=10.0, jitter=0.0)
+    assert backoff.base_delay(100_000) == 60.0
+
+
+def test_settings_reject_unknown_fields_and_mismatched_transport_fields(tmp_path: Path) -> None:
+    with pytest.raises(ValidationError):
+        UpstreamSettings(name="x", transport="http", url="http://127.0.0.1:1/mcp", include=["a"])  # type: ignore[call-arg]
+    with pytest.raises(ValidationError):
+        UpstreamSettings(name="x", transport="http")
+    with pytest.raises(ValidationError):
+        UpstreamSettings(name="x", transport="stdio", command=["x"], url="http://127.0.0.1:1/mcp")
+    settings = UpstreamSettings(name="x", transport="stdio", command=["x"])
+    assert settings.mode == "legacy"
+    with pytest.raises(ValidationError):
+        settings.name = "y"  # type: ignore[misc]
+
+
+async def test_real_upstream_backoff_keeps_growing_until_a_working_tools_list_resets_it(
+    fault_http: FaultServer,
+) -> None:
+    (fault_http.state_dir / "break-list").write_text("")
+    backoff = Backoff(initial_s=0.02, max_s=0.08, multiplier=2.0, jitter=0.0)
+    async with Upstream(fault_http.settings(), backoff=backoff) as up:
+        with anyio.fail_after(20):
+            # The handshake succeeds every time, but tools/list fails: that is not a success.
+            health = await up.wait_for(lambda h: h.connect_attempts >= 5)
+            assert health.connect_successes == 0
+            assert health.last_error_class == "MCPError(-32603)"
+            assert backoff.failures >= 4
+            assert backoff.base_delay(backoff.failures) == 0.08
+            (fault_http.state_dir / "break-list").unlink()
+            health = await up.wait_for(lambda h: h.state == "connected")
+        assert health.connect_successes == 1
+        assert backoff.failures == 0
+
+
+async def test_unreachable_upstream_never_breaks_the_host_task_group_and_callers_get_unavailable() -> None:
+    settings = UpstreamSettings(
+        name="nowhere",
+        transport="http",
+        url=f"http://127.0.0.1:{free_port()}/mcp",
+        call_wait_s=0.3,
+        backoff_initial_s=0.02,
+        backoff_max_s=0.05,
+    )
+    up = Upstream(settings)
+    with anyio.fail_after(10):
+        async with anyio.create_task_group() as tg:
+            await tg.start(up.run)
+            await up.wait_for(lambda h: h.connect_attempts >= 3)
+            with pytest.raises(UpstreamUnavailable) as info:
+                await up.call_tool("echo", {"text": "x"})
+            assert info.value.last_error == "ConnectError"
+            assert info.value.state in {"down", "reconnecting"}
+            with pytest.raises(UpstreamUnavailable):
+                await up.list_tools()
+            tg.cancel_scope.cancel()
+    assert up.health().state == "stopped"
+    assert up.health().attempts_in_flight_max == 1
+    with pytest.raises(UpstreamClosed):
+        await up.call_tool("echo", {"text": "x"})
+
+
+async def test_killed_stdio_upstream_is_reaped_and_restarted_and_the_next_call_works(
+    fault_stdio: StdioFault,
+) -> None:
+    async with Upstream(fault_stdio.settings()) as up:
+        with anyio.fail_after(20):
+            await up.wait_for(lambda h: h.state == "connected")
+            first_pid = fault_stdio.kill()
+            await up.wait_for(lambda h: h.connect_successes >= 2 and h.state == "connected")
+            result = await up.call_tool("count", {"call_id": "after-restart"})
+        assert result.is_error is False
+        assert fault_stdio.pid() != first_pid
+        assert fault_stdio.counts() == {"after-restart": 1}
+        with pytest.raises(ProcessLookupError):
+            os.kill(first_pid, 0)  # reaped: no zombie left behind
+        second_pid = fault_stdio.pid()
+    with pytest.raises(ProcessLookupError):
+        os.kill(second_pid, 0)  # exiting the Upstream stops and reaps the current process
+
+
+async def test_restarted_http_upstream_is_reconnected_without_operator_action(fault_http: FaultServer) -> None:
+    async with Upstream(fault_http.settings()) as up:
+        with anyio.fail_after(20):
+            await up.wait_for(lambda h: h.state == "connected")
+            fault_http.kill()
+            await up.wait_for(lambda h: h.state != "connected")
+            await fault_http.start()
+            result = await up.call_tool("echo", {"text": "back"})
+        assert result.structured_content == {"text": "back"}
+        assert up.health().connect_successes >= 2
