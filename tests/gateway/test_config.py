@@ -67,7 +67,7 @@ def test_settings_are_frozen() -> None:
 
 def _cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "gateway.cli", *args],
+        [sys.executable, "-m", "gateway", *args],
         capture_output=True,
         text=True,
         timeout=60,
@@ -107,3 +107,10 @@ def test_config_check_rejects_an_unknown_toolset(tmp_path: Path) -> None:
     out = _cli("--config", str(cfg), "config", "check")
     assert out.returncode == 2
     assert "exec" in out.stderr
+
+
+def test_the_shipped_example_configuration_is_valid() -> None:
+    example = Path(__file__).resolve().parents[2] / "ops" / "gateway.example.toml"
+    s = load_settings(example, {})
+    assert [t.name for t in s.targets] == ["web1"]
+    assert s.upstreams[0].connection.transport == "stdio"

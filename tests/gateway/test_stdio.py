@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -17,7 +18,7 @@ from tests.fixtures.gateway_proc import write_config
 async def test_an_mcp_client_lists_and_calls_tools_over_stdio(tmp_path: Path) -> None:
     cfg = write_config(tmp_path / "g.toml", {"state_dir": str(tmp_path / "state")})
     params = StdioServerParameters(
-        command=sys.executable, args=["-m", "gateway.cli", "--config", str(cfg), "serve", "--stdio"]
+        command=sys.executable, args=["-m", "gateway", "--config", str(cfg), "serve", "--stdio"]
     )
     async with Client(params, mode="legacy") as client:
         names = {t.name for t in (await client.list_tools()).tools}
@@ -51,17 +52,39 @@ def test_stdout_carries_only_json_rpc(tmp_path: Path) -> None:
         },
         {"jsonrpc": "2.0", "id": 4, "method": "tools/call", "params": {"name": "nope", "arguments": {}}},
     ]
-    stdin = "".join(json.dumps(m) + "\n" for m in messages)
-    proc = subprocess.run(
-        [sys.executable, "-m", "gateway.cli", "--config", str(cfg), "serve", "--stdio"],
-        input=stdin.encode(),
-        capture_output=True,
-        timeout=60,
-        check=False,
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "gateway", "--config", str(cfg), "serve", "--stdio"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
     )
-    assert proc.returncode == 0, proc.stderr.decode()[-2000:]
-    lines = proc.stdout.decode().splitlines()
-    parsed = [json.loads(line) for line in lines]  # every stdout line is JSON
-    assert all(m.get("jsonrpc") == "2.0" for m in parsed)
-    ids = {m.get("id") for m in parsed if "id" in m}
-    assert {1, 2, 3, 4} <= ids
+    assert proc.stdin is not None
+    assert proc.stdout is not None
+    deadline = threading.Timer(60, proc.kill)  # the ceiling on every blocking read below
+    deadline.start()
+    try:
+        proc.stdin.write("".join(json.dumps(m) + "\n" for m in messages).encode())
+        proc.stdin.flush()
+        parsed = []
+        answered: set[int] = set()
+        while not {1, 2, 3, 4} <= answered:
+            line = proc.stdout.readline()
+            assert line, proc.stderr.read().decode()[-2000:] if proc.stderr else "stdout closed"
+            message = json.loads(line)  # every stdout line is one JSON-RPC message
+            assert message.get("jsonrpc") == "2.0"
+            parsed.append(message)
+            if "id" in message:
+                answered.add(message["id"])
+        proc.stdin.close()
+        assert proc.wait(timeout=30) == 0
+        assert proc.stdout.read() == b""  # nothing after the protocol either
+    finally:
+        deadline.cancel()
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=10)
+        for stream in (proc.stdout, proc.stderr):
+            if stream is not None:
+                stream.close()
+    errors = {m["id"]: m["error"]["code"] for m in parsed if "error" in m}
+    assert errors == {4: -32602}
