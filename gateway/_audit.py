@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import structlog
+from structlog.typing import EventDict, WrappedLogger
 
 from gateway._redact import Redactor
 
@@ -69,7 +70,7 @@ class AuditLog:
         self._writer = _RotatingWriter(path, max_bytes, backups)
         self._redactor = redactor
 
-        def _redact(_: Any, __: str, event: dict[str, Any]) -> dict[str, Any]:
+        def _redact(_: WrappedLogger, __: str, event: EventDict) -> EventDict:
             return dict(redactor.any(event))
 
         self._log = structlog.wrap_logger(

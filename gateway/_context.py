@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
+
+from upstream import ProgressCallback
 
 if TYPE_CHECKING:
     from gateway._runtime import Runtime
@@ -12,7 +13,7 @@ if TYPE_CHECKING:
 __all__ = ["ToolContext"]
 
 
-async def _no_progress(progress: float, total: float | None = None, message: str | None = None) -> None:
+async def _no_progress(progress: float, total: float | None, message: str | None) -> None:
     return None
 
 
@@ -21,4 +22,4 @@ class ToolContext:
     runtime: Runtime
     request_id: str
     principal: str
-    report_progress: Callable[[float, float | None, str | None], Awaitable[None]] = _no_progress
+    report_progress: ProgressCallback = _no_progress

@@ -11,7 +11,6 @@ from __future__ import annotations
 import dataclasses
 import time
 import uuid
-from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 import mcp_types as types
@@ -22,14 +21,14 @@ from pydantic import BaseModel, ValidationError
 from gateway._context import ToolContext
 from gateway._errmap import translate
 from gateway._errors import ErrorCode, ToolFailure
-from upstream import UpstreamRejected
+from upstream import ProgressCallback, UpstreamRejected
 
 if TYPE_CHECKING:
     from gateway._runtime import Runtime
 
 __all__ = ["ProgressFn", "dispatch_call", "error_result", "oversized_argument"]
 
-ProgressFn = Callable[[float, float | None, str | None], Awaitable[None]]
+ProgressFn = ProgressCallback
 
 _log = structlog.get_logger("gateway.dispatch")
 

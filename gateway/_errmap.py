@@ -7,6 +7,19 @@
 from __future__ import annotations
 
 from gateway._errors import ErrorCode, ToolFailure
+from remoteops import (
+    AuthError,
+    CommandTimeout,
+    ConnectError,
+    HostKeyError,
+    PolicyDenied,
+    ProbeError,
+    RemoteOpsError,
+    RemoteShellError,
+    TransportError,
+    TransportLost,
+    UnknownTarget,
+)
 from upstream import (
     UpstreamAmbiguous,
     UpstreamCallTimeout,
@@ -34,9 +47,41 @@ def _upstream(exc: UpstreamError) -> ToolFailure:
     return ToolFailure(ErrorCode.UPSTREAM_UNAVAILABLE, str(exc), retryable=True, details=details)
 
 
+_REMOTE_CODES: tuple[tuple[type[RemoteOpsError], ErrorCode], ...] = (
+    (PolicyDenied, ErrorCode.POLICY_DENIED),
+    (UnknownTarget, ErrorCode.UNKNOWN_TARGET),
+    (HostKeyError, ErrorCode.HOST_KEY_ERROR),
+    (AuthError, ErrorCode.AUTH_ERROR),
+    (ConnectError, ErrorCode.CONNECT_ERROR),
+    (TransportLost, ErrorCode.TRANSPORT_LOST),
+    (RemoteShellError, ErrorCode.REMOTE_NONZERO_EXIT),
+    (CommandTimeout, ErrorCode.TIMEOUT),
+    (ProbeError, ErrorCode.MISSING_REMOTE_CAPABILITY),
+    (TransportError, ErrorCode.CONNECT_ERROR),
+)
+
+
+def _remote(exc: RemoteOpsError) -> ToolFailure:
+    code = next(code for cls, code in _REMOTE_CODES if isinstance(exc, cls))
+    details: dict[str, object] = {"target": exc.target, "detail": exc.detail}
+    for field in ("reason", "stage", "command_started", "exit_code", "time_limit_s", "remote_killed"):
+        if hasattr(exc, field):
+            details[field] = getattr(exc, field)
+    if isinstance(exc, TransportLost):
+        details["may_have_run"] = True
+    message = {
+        ErrorCode.TRANSPORT_LOST: "the SSH connection was lost while the command may have been running; "
+        "it may or may not have run and was not re-run",
+        ErrorCode.TIMEOUT: "the time limit was reached without a clean end of the remote command",
+    }.get(code, exc.detail or type(exc).__name__)
+    return ToolFailure(code, message, retryable=exc.retryable, details=details)
+
+
 def translate(exc: BaseException) -> ToolFailure | None:
     if isinstance(exc, ToolFailure):
         return exc
+    if isinstance(exc, RemoteOpsError):
+        return _remote(exc)
     if isinstance(exc, UpstreamError):
         return _upstream(exc)
     return None

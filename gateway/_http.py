@@ -108,8 +108,8 @@ def build_http_app(server: GatewayServer, settings: Settings, *, token: str | No
     verifier = None
     if token is not None:
         auth = SdkAuthSettings(
-            issuer_url=settings.auth.issuer_url or url.removesuffix(settings.server.path),  # type: ignore[arg-type]
-            resource_server_url=url,  # type: ignore[arg-type]
+            issuer_url=settings.auth.issuer_url or url.removesuffix(settings.server.path),
+            resource_server_url=url,
             validate_token_resource=False,
         )
         verifier = StaticTokenVerifier(token)

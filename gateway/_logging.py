@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import logging
 import sys
-from typing import Any
 
 import structlog
+from structlog.typing import EventDict, WrappedLogger
 
 from gateway._redact import Redactor
 
@@ -20,7 +20,7 @@ __all__ = ["configure_logging"]
 def configure_logging(level: str, redactor: Redactor) -> None:
     numeric = getattr(logging, level.upper(), logging.INFO)
 
-    def redact(_: Any, __: str, event: dict[str, Any]) -> dict[str, Any]:
+    def redact(_: WrappedLogger, __: str, event: EventDict) -> EventDict:
         return dict(redactor.any(event))
 
     structlog.configure(

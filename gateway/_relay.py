@@ -67,10 +67,10 @@ class Relay:
         if stack is not None:
             await stack.aclose()
 
-    def _make_changed_handler(self, index: int) -> Callable[[], Awaitable[None]]:
-        async def changed() -> None:
-            if self._enabled and self._upstreams[index].health().tool_count is not None:
-                await self._refresh(index)
+    def _make_changed_handler(self, index: int) -> Callable[[tuple[types.Tool, ...]], Awaitable[None]]:
+        async def changed(tools: tuple[types.Tool, ...]) -> None:
+            if self._enabled:
+                self._apply(index, tools)
             for listener in list(self._listeners):
                 await listener()
 
@@ -112,7 +112,9 @@ class Relay:
         return view
 
     async def _refresh(self, index: int) -> None:
-        tools = await self._upstreams[index].list_tools()
+        self._apply(index, await self._upstreams[index].list_tools())
+
+    def _apply(self, index: int, tools: Sequence[types.Tool]) -> None:
         taken: set[str] = set()
         for other, view in enumerate(self._views):
             if other != index:
@@ -182,8 +184,9 @@ class Relay:
         for up in self._upstreams:
             h = up.health()
             server = f"{h.server_name} {h.server_version or ''}".strip() if h.server_name else "not yet known"
+            count = h.tool_count if h.tool_count is not None else "unknown number of"
             lines.append(
                 f"Upstream {h.name!r} ({h.transport}): state {h.state}, server {server}, "
-                f"{h.tool_count if h.tool_count is not None else 'unknown number of'} tools relayed unchanged."
+                f"{count} tools relayed unchanged."
             )
         return lines

@@ -33,7 +33,7 @@ class GatewayServer(Server[Runtime]):
 
     runtime: Runtime
 
-    @property  # type: ignore[override]
+    @property
     def instructions(self) -> str:
         return self.runtime.describe()
 
@@ -75,8 +75,8 @@ def build_server(rt: Runtime, *, stdio_principal: str | None = None) -> GatewayS
         sessions.add(ctx.session)
         session = ctx.session
 
-        async def progress(value: float, total: float | None = None, message: str | None = None) -> None:
-            await session.report_progress(value, total, message)
+        async def progress(progress: float, total: float | None, message: str | None) -> None:
+            await session.report_progress(progress, total, message)
 
         return await dispatch_call(rt, params, principal=principal(), report_progress=progress)
 

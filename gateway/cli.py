@@ -11,13 +11,15 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from pathlib import Path
 from typing import Any
 
 import anyio
 
 from gateway._catalog import AnySpec, build_catalog
+from gateway._demo import demo_settings
 from gateway._errors import ConfigError
 from gateway._http import ensure_token
 from gateway._logging import configure_logging
@@ -95,7 +97,23 @@ def catalog_markdown(specs: Sequence[AnySpec]) -> str:
     return "\n".join(rows)
 
 
-def _serve(settings: Settings, *, stdio: bool, ready_file: Path | None, show_token: bool = False) -> None:
+Prepare = Callable[[Settings], AbstractAsyncContextManager[Settings]]
+
+
+@asynccontextmanager
+async def _as_is(settings: Settings) -> AsyncIterator[Settings]:
+    yield settings
+
+
+def _serve(
+    settings: Settings,
+    *,
+    stdio: bool,
+    ready_file: Path | None,
+    show_token: bool = False,
+    prepare: Prepare = _as_is,
+) -> None:
+    """Serve; ``prepare`` may start something first (the demo target) and adjust the settings."""
     redactor = Redactor()
     token: str | None = None
     if not stdio and settings.auth.mode == "bearer":
@@ -103,16 +121,17 @@ def _serve(settings: Settings, *, stdio: bool, ready_file: Path | None, show_tok
         redactor.add_secret(token)
     configure_logging(settings.log_level, redactor)
     specs = all_specs()
-    if stdio:
-        anyio.run(serve_stdio, settings, specs, redactor)
-    else:
 
-        async def run() -> None:
-            await serve_http(
-                settings, specs, redactor, token=token, ready_file=ready_file, show_token=show_token
-            )
+    async def run() -> None:
+        async with prepare(settings) as effective:
+            if stdio:
+                await serve_stdio(effective, specs, redactor)
+            else:
+                await serve_http(
+                    effective, specs, redactor, token=token, ready_file=ready_file, show_token=show_token
+                )
 
-        anyio.run(run)
+    anyio.run(run)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -120,7 +139,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         settings = load_settings(args.config)
         if args.command == "config":
-            build_catalog(all_specs(), **settings.tools.model_dump())  # toolset and tool names are validated too
+            build_catalog(
+                all_specs(), **settings.tools.model_dump()
+            )  # toolset and tool names are validated too
             print(json.dumps(_mask(settings.model_dump(mode="json")), indent=2))
             return 0
         if args.command == "tools":
@@ -136,9 +157,19 @@ def main(argv: Sequence[str] | None = None) -> int:
             _serve(settings, stdio=args.stdio, ready_file=args.ready_file)
             return 0
         if args.command == "demo":
-            from gateway._demo import run_demo
+            settings = _with_overrides(settings, None, args.port)
 
-            return run_demo(settings, args)
+            def prepare(s: Settings) -> AbstractAsyncContextManager[Settings]:
+                return demo_settings(s, args.workdir)
+
+            _serve(
+                settings,
+                stdio=args.stdio,
+                ready_file=args.ready_file,
+                show_token=not args.stdio,
+                prepare=prepare,
+            )
+            return 0
     except ConfigError as exc:
         print(f"remoteops-gateway: configuration error: {exc}", file=sys.stderr)
         return 2

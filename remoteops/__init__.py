@@ -1,3 +1,76 @@
-"""remoteops package."""
+"""remoteops: remote operations over native OpenSSH (ControlMaster pool). Knows nothing of MCP.
 
-__all__: list[str] = []
+Plain async Python returning pydantic records and raising one exception tree (see ``remoteops._errors``)::
+
+    settings = TransportSettings(ssh_config_file=cfg)
+    async with RemoteOps(settings, [TargetSpec(name="web", host="web1")]) as ops:
+        result = await ops.run("web", ["uname", "-a"])
+"""
+
+from ._capabilities import TOOLS as CAPABILITY_TOOLS
+from ._errors import (
+    AuthError,
+    CommandTimeout,
+    ConnectError,
+    ConnectReason,
+    HostKeyError,
+    PolicyDenied,
+    ProbeError,
+    RemoteOpsError,
+    RemoteShellError,
+    TransportError,
+    TransportLost,
+    UnknownTarget,
+)
+from ._exec import Carrier, ExecRequest
+from ._models import (
+    Capabilities,
+    DiagnoseReport,
+    DiskUsage,
+    ExecResult,
+    MultiplexState,
+    SectionError,
+    TargetIdentity,
+    TargetInfo,
+    TransportStats,
+)
+from ._ops import RemoteOps
+from ._render import RenderedCommand, render_command
+from ._settings import HostKeyPolicy, MultiplexMode, TargetSpec, TransportSettings
+
+from ._embedded import EmbeddedTarget
+
+__all__ = [
+    "CAPABILITY_TOOLS",
+    "AuthError",
+    "Capabilities",
+    "Carrier",
+    "CommandTimeout",
+    "ConnectError",
+    "ConnectReason",
+    "DiagnoseReport",
+    "DiskUsage",
+    "EmbeddedTarget",
+    "ExecRequest",
+    "ExecResult",
+    "HostKeyError",
+    "HostKeyPolicy",
+    "MultiplexMode",
+    "MultiplexState",
+    "PolicyDenied",
+    "ProbeError",
+    "RemoteOps",
+    "RemoteOpsError",
+    "RemoteShellError",
+    "RenderedCommand",
+    "SectionError",
+    "TargetIdentity",
+    "TargetInfo",
+    "TargetSpec",
+    "TransportError",
+    "TransportLost",
+    "TransportSettings",
+    "TransportStats",
+    "UnknownTarget",
+    "render_command",
+]

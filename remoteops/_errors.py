@@ -1,22 +1,21 @@
-"""The remoteops exception tree. Every failure a caller can see is one of these; each carries fields, not only text.
+"""The remoteops exception tree. Every failure a caller sees is one of these; each carries fields.
 
 ::
 
-    RemoteOpsError                      target: str | None, detail: str
-    ├── PolicyDenied                    reason          name not configured / request outside policy; nothing started
-    ├── UnknownTarget                                   ``ssh -G`` could not resolve the target (bad config, bad name)
-    ├── TransportError                  stage           the SSH transport failed; see ``stage`` ("master", "exec", ...)
-    │   ├── HostKeyError                reason          host key changed / unknown under strict checking
-    │   ├── AuthError                                   no accepted credential (publickey refused, ...)
-    │   ├── ConnectError                reason          refused / timeout / no_route / unknown_host / closed /
-    │   │                                               multiplex / pool_exhausted / other -- nothing ran
-    │   ├── TransportLost               command_started the connection died while the command may have been running:
-    │   │                                               ambiguous, NEVER re-run automatically (True = seen starting,
-    │   │                                               None = unknown)
-    │   └── RemoteShellError            exit_code       the login shell on the target did not start the command
-    └── CommandTimeout                  time_limit_s, remote_killed
-                                                        local ceiling hit without a clean end; ``remote_killed`` says
-                                                        whether the remote process was confirmed stopped
+    RemoteOpsError             target: str | None, detail: str, retryable (property)
+    ├── PolicyDenied           reason: name not configured / request outside policy; nothing was started
+    ├── UnknownTarget          ``ssh -G`` could not resolve the target (bad ssh config, bad name)
+    ├── TransportError         stage: "master" | "exec" | "connect" | "remote-shell"
+    │   ├── HostKeyError       reason: "changed" | "unknown" | "other" (host keys are always checked)
+    │   ├── AuthError          no credential accepted (publickey refused, ...)
+    │   ├── ConnectError       reason: refused | timeout | no_route | unknown_host | closed | multiplex |
+    │   │                      pool_exhausted | other -- nothing ran on the target
+    │   ├── TransportLost      command_started: True (seen starting) | None (unknown). The connection died
+    │   │                      while the command may have been running: ambiguous, NEVER re-run automatically
+    │   └── RemoteShellError   exit_code: the login shell on the target did not start the command
+    ├── ProbeError             a probe ran but its output was unusable (never cached)
+    └── CommandTimeout         time_limit_s, remote_killed: the local ceiling was hit without a clean end;
+                               remote_killed says whether the remote process was confirmed stopped
 
 A non-zero exit status (including 255 from the remote command) is a normal ``ExecResult``, never an exception.
 """
@@ -32,6 +31,7 @@ __all__ = [
     "ConnectReason",
     "HostKeyError",
     "PolicyDenied",
+    "ProbeError",
     "RemoteOpsError",
     "RemoteShellError",
     "TransportError",
@@ -59,7 +59,9 @@ class RemoteOpsError(Exception):
 
 
 class PolicyDenied(RemoteOpsError):
-    def __init__(self, detail: str = "", *, target: str | None = None, reason: str = "not_configured") -> None:
+    def __init__(
+        self, detail: str = "", *, target: str | None = None, reason: str = "not_configured"
+    ) -> None:
         super().__init__(detail, target=target)
         self.reason = reason
 
@@ -110,7 +112,12 @@ class ConnectError(TransportError):
 
 class TransportLost(TransportError):
     def __init__(
-        self, detail: str = "", *, target: str | None = None, stage: str = "exec", command_started: bool | None
+        self,
+        detail: str = "",
+        *,
+        target: str | None = None,
+        stage: str = "exec",
+        command_started: bool | None,
     ) -> None:
         super().__init__(detail, target=target, stage=stage)
         self.command_started = command_started
@@ -129,3 +136,7 @@ class CommandTimeout(RemoteOpsError):
         super().__init__(detail, target=target)
         self.time_limit_s = time_limit_s
         self.remote_killed = remote_killed
+
+
+class ProbeError(RemoteOpsError):
+    """A capability/diagnose probe ran but exited non-zero or printed something unparseable."""

@@ -1,8 +1,8 @@
 """The exec seam: "run this argv on this target with this stdin, give me stdout/stderr/exit".
 
-:class:`Carrier` is the narrow interface everything above (files, tasks, tools) uses. :class:`SshProcessCarrier`
-implements it with one OpenSSH client process per call over the master pool; a persistent per-target channel can
-implement the same protocol later without touching its callers.
+:class:`Carrier` is the narrow interface everything above (files, tasks, tools) uses.
+:class:`SshProcessCarrier` implements it with one OpenSSH client process per call over the master pool; a
+persistent per-target channel can implement the same protocol later without touching its callers.
 """
 
 from __future__ import annotations
@@ -50,7 +50,9 @@ class ExecRequest:
 
 
 class Carrier(Protocol):
-    async def execute(self, target: TargetSpec, identity: TargetIdentity, request: ExecRequest) -> ExecResult: ...
+    async def execute(
+        self, target: TargetSpec, identity: TargetIdentity, request: ExecRequest
+    ) -> ExecResult: ...
 
 
 class _MuxNotOpened(Exception):
@@ -70,7 +72,8 @@ class SshProcessCarrier:
                 try:
                     return await self._attempt(target, master, request)
                 except _MuxNotOpened:
-                    assert master is not None
+                    if master is None:
+                        raise
                     if not master.alive:
                         await self._pool.invalidate(master)
                         continue  # safe: nothing was started; a fresh master is made on the next pass
@@ -128,7 +131,9 @@ class SshProcessCarrier:
         stderr_text = stderr.decode(errors="replace")
         exit_code = markers.exit_code
         if exit_code is None:
-            exit_code = await self._no_end_marker(target, master, outcome.returncode, markers.started, stderr_text)
+            exit_code = await self._no_end_marker(
+                target, master, outcome.returncode, markers.started, stderr_text
+            )
         timed_out = exit_code in _TIMEOUT_CODES and duration_s >= request.time_limit_s
         return ExecResult(
             target=target.name,
@@ -178,7 +183,10 @@ class SshProcessCarrier:
         use = master if master is not None and master.alive else None
         with anyio.move_on_after(_KILL_S + 5):
             outcome = await run_process(
-                self._argv(target, use, rendered.text), stdin=None, stdout=HeadTail(4096, 0), stderr=HeadTail(4096, 0)
+                self._argv(target, use, rendered.text),
+                stdin=None,
+                stdout=HeadTail(4096, 0),
+                stderr=HeadTail(4096, 0),
             )
             markers = parse_markers(rendered, outcome.stderr.head, b"", 0)
             return markers.exit_code in (0, 3)

@@ -112,7 +112,8 @@ class Master:
         return ConnectError(detail, target=self.target.name, stage="master", reason="multiplex")
 
     async def _read_token(self, proc: anyio.abc.Process, token: str) -> bool:
-        assert proc.stdout is not None
+        if proc.stdout is None:
+            return False
         seen = b""
         async with anyio.create_task_group() as tg:
             tg.start_soon(self._drain, proc.stderr)

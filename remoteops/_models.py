@@ -24,9 +24,9 @@ _FROZEN = ConfigDict(frozen=True, extra="forbid")
 class ExecResult(BaseModel):
     """The outcome of one remote command. A non-zero ``exit_code`` (255 included) is a normal result.
 
-    ``signal`` is inferred from the target shell's ``128+N`` convention (``exit_code`` is always kept as the
-    shell reported it). ``timed_out``: the remote time limit stopped the command; ``remote_killed``: the remote
-    process was stopped by remoteops (time limit or cancellation) and confirmed gone.
+    ``signal`` is inferred from the target shell's ``128+N`` convention (``exit_code`` is always kept as
+    the shell reported it). ``timed_out``: the remote time limit stopped the command; ``remote_killed``: the
+    remote process was stopped by remoteops (time limit or cancellation) and confirmed gone.
     """
 
     model_config = _FROZEN

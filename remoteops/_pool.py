@@ -1,11 +1,11 @@
-"""The ControlMaster pool: one master per resolved identity, started single-flight, bounded with LRU eviction.
+"""The ControlMaster pool: one master per resolved identity, started single-flight, bounded, LRU-evicted.
 
-Modes: ``off`` (one ssh connection per call), ``auto`` (use a master; when none can be established fall back to a
-one-shot connection, counted), ``required`` (no master -> ConnectError before any remote command starts).
-Before a master is reused its child must be alive and its socket must accept a connection; a master idle longer
-than ``master_check_idle_s`` also passes ``ssh -O check``. A dead master or stale socket is removed and a new
-master started (``stale_recovered``). A per-identity semaphore (``max_channels_per_target``) makes bursts queue
-instead of failing against sshd's MaxSessions.
+Modes: ``off`` (one ssh connection per call), ``auto`` (use a master; when none can be established fall back
+to a one-shot connection, counted), ``required`` (no master -> ConnectError before any remote command starts).
+Before a master is reused its child must be alive and its socket must accept a connection; a master idle
+longer than ``master_check_idle_s`` also passes ``ssh -O check``. A dead master or stale socket is removed and
+a new master started (``stale_recovered``). A per-identity semaphore (``max_channels_per_target``) makes
+bursts queue instead of failing against sshd's MaxSessions.
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ def _ensure_private_dir(path: Path) -> None:
 
 
 def choose_control_dir(configured: Path | None) -> tuple[Path, str | None]:
-    """Return (directory, note). Falls back to /tmp/rog-<uid> when the configured one would make sockets too long."""
+    """Return (directory, note); /tmp/rog-<uid> when the configured one would make socket paths too long."""
     fallback = Path(f"/tmp/rog-{os.getuid()}")  # noqa: S108 - private 0700 dir, checked for owner below
     if configured is None:
         _ensure_private_dir(fallback)
@@ -100,7 +100,7 @@ class MasterPool:
 
     @contextlib.asynccontextmanager
     async def channel(self, target: TargetSpec, identity: TargetIdentity) -> AsyncIterator[Master | None]:
-        """Hold one channel slot for the target; yield the master to use, or None for a one-shot connection."""
+        """Hold one channel slot for the target; yield the master to use (None: one-shot connection)."""
         key = self.key_for(target, identity)
         async with self.semaphore(key):
             master = await self._acquire(target, key) if self._settings.multiplex != "off" else None
@@ -151,7 +151,11 @@ class MasterPool:
     async def _create(self, target: TargetSpec, key: str) -> Master | None:
         auto = self._settings.multiplex == "auto"
         failed_at = self._failed_at.get(key)
-        if auto and failed_at is not None and time.monotonic() - failed_at < self._settings.master_retry_after_s:
+        if (
+            auto
+            and failed_at is not None
+            and time.monotonic() - failed_at < self._settings.master_retry_after_s
+        ):
             self.counters["fallbacks"] += 1
             return None
         if self.live_masters() >= self._settings.max_masters and not await self._evict_one():
@@ -197,7 +201,11 @@ class MasterPool:
     async def _expire_idle(self, *, keep: str) -> None:
         now = time.monotonic()
         for key, master in list(self._masters.items()):
-            if key != keep and master.active == 0 and now - master.last_used > self._settings.control_persist_s:
+            if (
+                key != keep
+                and master.active == 0
+                and now - master.last_used > self._settings.control_persist_s
+            ):
                 await self._discard(key)
 
     async def _discard(self, key: str) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import subprocess
 import time
 from collections.abc import Sequence
@@ -32,17 +33,13 @@ async def reap(proc: anyio.abc.Process) -> None:
     """terminate -> bounded wait -> kill -> reap. Shielded: safe to call from cancelled code."""
     with anyio.CancelScope(shield=True):
         if proc.returncode is None:
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 proc.terminate()
-            except ProcessLookupError:
-                pass
             with anyio.move_on_after(_TERM_GRACE_S):
                 await proc.wait()
         if proc.returncode is None:
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 proc.kill()
-            except ProcessLookupError:
-                pass
             with anyio.move_on_after(_KILL_WAIT_S):
                 await proc.wait()
         for stream in (proc.stdin, proc.stdout, proc.stderr):

@@ -1,18 +1,20 @@
 """The one command-rendering function: argv (+ cwd, env, remote time limit) -> the remote command string.
 
-Everything remoteops runs on a target goes through :func:`render_command`. The string is POSIX sh, built with
-``shlex.join``: the login shell on the target parses it into ``exec sh -c WRAPPER rog NONCE LIMIT KILL CWD N ENV...
-ARGV...``, so every argv element arrives as one literal word whatever it contains. The wrapper
+Everything remoteops runs on a target goes through :func:`render_command`. The string is POSIX sh built with
+``shlex.join``: the target's login shell parses it into
+``exec sh -c WRAPPER rog NONCE LIMIT KILL CWD N ENV... ARGV...``, so every argv element arrives as one literal
+word whatever it contains. The wrapper
 
 * prints a start marker on stderr (the command is about to start),
 * exports the validated environment and changes directory (``cd --``),
-* runs argv under ``timeout -k KILL LIMIT`` when the target has ``timeout``; otherwise under a small sh watchdog
-  (TERM after LIMIT, KILL after KILL more seconds; degraded: it signals the direct child only),
+* runs argv under ``timeout -k KILL LIMIT`` when the target has ``timeout``; otherwise under a small sh
+  watchdog (TERM after LIMIT, KILL after KILL more seconds; degraded: it signals the direct child only, so
+  grandchildren may outlive it -- the local ceiling then ends the session and kills it by session id),
 * prints an end marker carrying the exit status on stderr and exits with that status.
 
-The markers (``\\x1eROG<nonce>S`` / ``\\x1eROG<nonce>E<status>``) tell a remote ``exit 255`` apart from ssh's own 255
-and show whether a lost connection happened before or after the command started. Env values are visible in the
-target's process list (acceptable for env); payloads and secrets travel on stdin only.
+The markers (``\\x1eROG<nonce>S`` / ``\\x1eROG<nonce>E<status>``) tell a remote ``exit 255`` apart from
+ssh's own 255 and show whether a lost connection happened before or after the command started. Env values are
+visible in the target's process list (acceptable for env); payloads and secrets travel on stdin only.
 """
 
 from __future__ import annotations

@@ -88,7 +88,10 @@ class IdentityResolver:
         try:
             with anyio.fail_after(_RESOLVE_S):
                 outcome = await run_process(
-                    self._args.resolve(target), stdin=None, stdout=HeadTail(1 << 20, 0), stderr=HeadTail(8192, 0)
+                    self._args.resolve(target),
+                    stdin=None,
+                    stdout=HeadTail(1 << 20, 0),
+                    stderr=HeadTail(8192, 0),
                 )
         except (OSError, TimeoutError) as exc:
             raise UnknownTarget(f"ssh -G failed: {exc}", target=target.name) from exc

@@ -21,7 +21,9 @@ class TransportSettings(BaseModel):
     model_config = _FROZEN
 
     ssh_binary: str = "ssh"
-    ssh_config_file: Path | None = None  # passed as ``-F``; None = OpenSSH's defaults (~/.ssh/config, /etc/ssh)
+    ssh_config_file: Path | None = (
+        None  # passed as ``-F``; None = OpenSSH's defaults (~/.ssh/config, /etc/ssh)
+    )
     control_dir: Path | None = None  # private 0700 dir for master sockets; None = /tmp/rog-<uid>
     multiplex: MultiplexMode = "auto"
     max_masters: int = Field(default=32, ge=1, le=1024)
@@ -30,7 +32,9 @@ class TransportSettings(BaseModel):
     server_alive_interval_s: int = Field(default=15, ge=1, le=3600)
     server_alive_count_max: int = Field(default=3, ge=1, le=100)
     control_persist_s: float = Field(default=300, gt=0)  # idle masters are closed after this long
-    master_check_idle_s: float = Field(default=1.0, ge=0)  # ``ssh -O check`` before reusing a master idle this long
+    master_check_idle_s: float = Field(
+        default=1.0, ge=0
+    )  # ``ssh -O check`` before reusing a master idle this long
     master_retry_after_s: float = Field(default=30, ge=0)  # auto mode: after a failed master start, go direct
     exec_timeout_default_s: float = Field(default=60, gt=0)
     exec_timeout_max_s: float = Field(default=3600, gt=0)
@@ -49,4 +53,3 @@ class TargetSpec(BaseModel):
     user: str | None = Field(default=None, pattern=r"^[A-Za-z0-9_.][A-Za-z0-9_.-]{0,63}$")
     port: int | None = Field(default=None, ge=1, le=65535)
     host_key_policy: HostKeyPolicy = "strict"
-

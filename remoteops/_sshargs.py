@@ -1,7 +1,8 @@
 """The OpenSSH command lines remoteops runs, and the classification of ssh's own failures (exit 255).
 
-Options given on the command line win over the ssh configuration, so BatchMode, ConnectTimeout, ServerAlive* and
-StrictHostKeyChecking (``yes``, or ``accept-new`` when the target opts in) can never be weakened by a config file.
+Options given on the command line win over the ssh configuration, so BatchMode, ConnectTimeout,
+ServerAlive* and StrictHostKeyChecking (``yes``, or ``accept-new`` when the target opts in) can never be
+weakened by a config file.
 """
 
 from __future__ import annotations
@@ -54,7 +55,7 @@ class SshArgs:
         return [*self._base(), "-G", *self._target(target), "--", target.host]
 
     def master(self, target: TargetSpec, control_path: Path, ready_token: str) -> list[str]:
-        """A foreground master (our child): prints ``ready_token`` on stdout once the control socket listens."""
+        """A foreground master (our child); prints ``ready_token`` once the control socket listens."""
         return [
             *self._base(), *self._connect_options(target), *self._target(target),
             "-M", "-N", "-n", "-T", "-S", _escape_path(control_path),
@@ -86,7 +87,11 @@ class SshArgs:
         ]  # fmt: skip
 
 
-_HOSTKEY_CHANGED = ("REMOTE HOST IDENTIFICATION HAS CHANGED", "Host key for", "has changed and you have requested")
+_HOSTKEY_CHANGED = (
+    "REMOTE HOST IDENTIFICATION HAS CHANGED",
+    "Host key for",
+    "has changed and you have requested",
+)
 _HOSTKEY_OTHER = ("Host key verification failed", "No ED25519 host key is known", "host key is known for")
 _CONNECT: tuple[tuple[str, ConnectReason], ...] = (
     ("Could not resolve hostname", "unknown_host"),
@@ -117,7 +122,9 @@ def _last_lines(stderr: str, limit: int = 600) -> str:
     return stderr.strip()[-limit:]
 
 
-def classify_ssh_failure(stderr: str, *, target: str, stage: str, command_started: bool | None) -> TransportError:
+def classify_ssh_failure(
+    stderr: str, *, target: str, stage: str, command_started: bool | None
+) -> TransportError:
     """Map ssh's exit 255 (before or without the wrapper's end marker) onto the exception tree."""
     detail = _last_lines(stderr)
     if command_started:

@@ -8,3 +8,19 @@ import pytest
 @pytest.fixture(scope="session")
 def anyio_backend() -> str:
     return "asyncio"
+
+
+# -- the real OpenSSH sshd (tests/fixtures/sshd.py), shared by remoteops, gateway and privilege tests --
+from collections.abc import Iterator  # noqa: E402 - appended section
+
+from tests.fixtures.sshd import SshdInstance, sshd_unavailable_reason, start_sshd  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def sshd() -> Iterator[SshdInstance]:
+    """A throwaway sshd on 127.0.0.1 (users ro-plain, ro-sudo, ro-pass, root); skipped when not root."""
+    reason = sshd_unavailable_reason()
+    if reason is not None:
+        pytest.skip(reason)
+    with start_sshd() as instance:
+        yield instance

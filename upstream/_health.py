@@ -11,7 +11,7 @@ from pydantic import BaseModel, ConfigDict
 __all__ = ["UpstreamHealth", "UpstreamState"]
 
 UpstreamState = Literal["starting", "connected", "reconnecting", "down", "stopped"]
-"""starting: first attempt in flight; connected: a verified connection is published;
+"""starting: an attempt in flight, never connected yet; connected: a verified connection is published;
 reconnecting: a later attempt in flight; down: waiting out the backoff; stopped: not running."""
 
 

@@ -3,7 +3,12 @@
 The connection lives in a supervisor task (`run`) that owns every SDK object, so an upstream
 failure never propagates into the caller's task group. Only the supervisor connects, so at
 most one connection attempt is ever in flight, however many callers wait. Callers share the
-published connection and report what they learn about it (`_Connection.mark_lost`).
+published connection and report what they learn about it (`Connection.mark_lost`).
+
+Not relayed: server-to-client requests (elicitation, sampling, roots). The SDK takes one
+elicitation callback per `Client`, and a request arriving on it carries no reliable link to the
+tools/call that caused it (only HTTP's per-POST stream context would give one), so no per-call
+elicitation relay is offered; the upstream is told, by omission, that this client cannot elicit.
 """
 
 from __future__ import annotations
@@ -13,20 +18,18 @@ import math
 import uuid
 from collections.abc import Awaitable, Callable, Mapping
 from contextlib import AsyncExitStack
-from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any, Protocol, Self
 
 import anyio
 import anyio.abc
 import mcp_types as types
-from mcp import Client
-from mcp.client.session import ClientSession, IncomingMessage
 from mcp.shared.exceptions import MCPError
 from pydantic import ValidationError
 
 from upstream._backoff import Backoff
 from upstream._calls import Outcome, call_params, classify, list_all_tools
+from upstream._connection import DRAIN_S, Connection
 from upstream._errors import (
     UpstreamAmbiguous,
     UpstreamCallTimeout,
@@ -45,10 +48,6 @@ __all__ = ["ProgressCallback", "ToolsChangedCallback", "Upstream"]
 logger = logging.getLogger("upstream")
 
 _MAX_NOT_SENT_RETRIES = 3
-_DRAIN_S = 2.0
-"""After a loss, how long the supervisor lets in-flight calls settle before closing the client:
-on a dead HTTP upstream each pending POST then fails its own connect and is provably not sent,
-instead of being cut off by the teardown (which would make it ambiguous)."""
 
 
 class ProgressCallback(Protocol):
@@ -79,49 +78,6 @@ def _dump(tools: tuple[types.Tool, ...] | None) -> list[dict[str, Any]] | None:
     return [tool.model_dump(by_alias=True, exclude_none=True, mode="json") for tool in tools]
 
 
-@dataclass(eq=False)
-class _Connection:
-    """One connection generation. `lost` is set once, by whoever first learns it is gone."""
-
-    tag: str
-    lost: anyio.Event = field(default_factory=anyio.Event)
-    lost_reason: str | None = None
-    list_changed: anyio.Event = field(default_factory=anyio.Event)
-    client: Client | None = None
-    connected_since: str | None = None
-    in_flight: int = 0
-    idle: anyio.Event = field(default_factory=anyio.Event)
-
-    def call_started(self) -> None:
-        self.in_flight += 1
-        if self.idle.is_set():
-            self.idle = anyio.Event()
-
-    def call_ended(self) -> None:
-        self.in_flight -= 1
-        if self.in_flight == 0:
-            self.idle.set()
-
-    async def drained(self) -> None:
-        if self.in_flight:
-            await self.idle.wait()
-
-    def session(self) -> ClientSession:
-        if self.client is None:  # pragma: no cover - only verified connections are published
-            raise RuntimeError("connection not established")
-        return self.client.session
-
-    def mark_lost(self, reason: str) -> None:
-        if not self.lost.is_set():
-            self.lost_reason = reason
-            self.lost.set()
-
-    async def handle_message(self, message: IncomingMessage) -> None:
-        if isinstance(message, types.ToolListChangedNotification):
-            self.list_changed.set()
-        await anyio.lowlevel.checkpoint()
-
-
 class Upstream:
     """Supervised client of one upstream MCP server.
 
@@ -147,7 +103,7 @@ class Upstream:
         self._stats = Stats()
         self._state: UpstreamState = "stopped"
         self._running = False
-        self._conn: _Connection | None = None
+        self._conn: Connection | None = None
         self._ready = anyio.Event()
         self._tools: tuple[types.Tool, ...] | None = None
         self._protocol_version: str | None = None
@@ -212,9 +168,9 @@ class Upstream:
             self._ready.set()  # wake waiters so they see the stop
             self._signal()
 
-    async def _attempt(self) -> _Connection:
+    async def _attempt(self) -> Connection:
         """One connection attempt; returns when it failed or, once verified, when it is lost."""
-        conn = _Connection(tag=uuid.uuid4().hex)
+        conn = Connection(tag=uuid.uuid4().hex)
         stats = self._stats
         stats.connect_attempts += 1
         self._state = "starting" if stats.connect_successes == 0 else "reconnecting"
@@ -248,7 +204,7 @@ class Upstream:
                         conn_tg.start_soon(self._refresh_tools, conn, changed)
                         await conn.lost.wait()
                         conn_tg.cancel_scope.cancel()
-                    with anyio.move_on_after(_DRAIN_S):
+                    with anyio.move_on_after(DRAIN_S):
                         await conn.drained()
             if scope.cancelled_caught and conn.client is None:
                 stats.record_error("ConnectTimeout")
@@ -271,7 +227,7 @@ class Upstream:
         self._signal()
         return conn
 
-    async def _refresh_tools(self, conn: _Connection, changed: bool) -> None:
+    async def _refresh_tools(self, conn: Connection, changed: bool) -> None:
         if changed:
             await self._notify_tools_changed()
         while True:
@@ -304,7 +260,7 @@ class Upstream:
 
     # ----------------------------------------------------------------- callers
 
-    async def _wait_connection(self) -> _Connection:
+    async def _wait_connection(self) -> Connection:
         """Wait (unbounded: callers bound it) for a live published connection."""
         while True:
             if not self._running:
@@ -316,9 +272,9 @@ class Upstream:
             if self._conn is None or self._conn.lost.is_set():
                 await anyio.lowlevel.checkpoint()
 
-    async def _acquire(self, started: float) -> _Connection:
+    async def _acquire(self, started: float) -> Connection:
         remaining = started + self.settings.call_wait_s - anyio.current_time()
-        conn: _Connection | None = None
+        conn: Connection | None = None
         with anyio.move_on_after(max(0.0, remaining)):
             conn = await self._wait_connection()
         if conn is None:

@@ -8,7 +8,7 @@ import signal
 import socket
 import subprocess
 import sys
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -72,11 +72,14 @@ class FaultServer:
         self.proc: subprocess.Popen[bytes] | None = None
         self.url = f"http://127.0.0.1:{port}/mcp"
 
-    async def start(self) -> None:
-        argv = [sys.executable, str(FAULT_SERVER), "--state-dir", str(self.state_dir), "--http", str(self.port)]
-        argv += ["--page-size", str(self.page_size)]
+    def spawn(self) -> subprocess.Popen[bytes]:
+        argv = [sys.executable, str(FAULT_SERVER), "--state-dir", str(self.state_dir)]
+        argv += ["--http", str(self.port), "--page-size", str(self.page_size)]
         self.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
-        await wait_for_port(self.port, self.proc)
+        return self.proc
+
+    async def start(self) -> None:
+        await wait_for_port(self.port, self.spawn())
 
     def kill(self) -> None:
         if self.proc is not None:
@@ -101,9 +104,7 @@ class FaultServer:
         response = await self.control("POST", "/control/kill")
         assert response.status_code == 200
         assert self.proc is not None
-        with anyio.fail_after(10):
-            while self.proc.poll() is None:  # reaping: the exit is already decided
-                await anyio.sleep(0.02)
+        await anyio.to_thread.run_sync(self.proc.wait, 10)  # reap; the exit is already decided
 
     def settings(self, **overrides: Any) -> UpstreamSettings:
         values: dict[str, Any] = {"name": "fault", "transport": "http", "url": self.url, **FAST_BACKOFF}
@@ -150,5 +151,5 @@ class StdioFault:
 
 
 @pytest.fixture
-def fault_stdio(tmp_path: Path) -> Iterator[StdioFault]:
-    yield StdioFault(tmp_path)
+def fault_stdio(tmp_path: Path) -> StdioFault:
+    return StdioFault(tmp_path)

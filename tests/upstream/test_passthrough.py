@@ -30,7 +30,9 @@ async def direct_tools(client: Client) -> list[types.Tool]:
             return tools
 
 
-async def test_paginated_tool_list_is_flattened_and_identical_to_a_direct_client(fault_http: FaultServer) -> None:
+async def test_paginated_tool_list_is_flattened_and_identical_to_a_direct_client(
+    fault_http: FaultServer,
+) -> None:
     with anyio.fail_after(20):
         async with Client(fault_http.url, mode="legacy", cache=None) as client:
             expected = await direct_tools(client)
@@ -46,7 +48,9 @@ async def test_paginated_tool_list_is_flattened_and_identical_to_a_direct_client
     assert echo.output_schema is not None
 
 
-async def test_results_are_returned_unchanged_without_output_schema_revalidation(fault_http: FaultServer) -> None:
+async def test_results_are_returned_unchanged_without_output_schema_revalidation(
+    fault_http: FaultServer,
+) -> None:
     async with Upstream(fault_http.settings()) as up:
         with anyio.fail_after(20):
             mismatch = await up.call_tool("mismatch", {})
@@ -59,7 +63,9 @@ async def test_results_are_returned_unchanged_without_output_schema_revalidation
     assert echo.structured_content == {"text": "héllo"}
 
 
-async def test_upstream_json_rpc_error_is_raised_with_its_code_message_and_data(fault_http: FaultServer) -> None:
+async def test_upstream_json_rpc_error_is_raised_with_its_code_message_and_data(
+    fault_http: FaultServer,
+) -> None:
     async with Upstream(fault_http.settings()) as up:
         with anyio.fail_after(20):
             with pytest.raises(UpstreamRejected) as info:
@@ -88,7 +94,9 @@ async def test_progress_notifications_are_relayed_to_the_callers_callback(fault_
     assert seen == [(1.0, 3.0, "step 1"), (2.0, 3.0, "step 2"), (3.0, 3.0, "step 3")]
 
 
-async def test_list_changed_refetches_the_tools_and_calls_the_registered_callback(fault_http: FaultServer) -> None:
+async def test_list_changed_refetches_the_tools_and_calls_the_registered_callback(
+    fault_http: FaultServer,
+) -> None:
     published: list[list[str]] = []
     send, receive = anyio.create_memory_object_stream[list[str]](10)
 

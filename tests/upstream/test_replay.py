@@ -53,7 +53,9 @@ async def test_call_killed_mid_flight_raises_ambiguous_ran_once_and_next_call_af
         assert health.connect_successes >= 2
 
 
-async def test_stdio_call_that_kills_the_server_is_ambiguous_and_not_replayed(fault_stdio: StdioFault) -> None:
+async def test_stdio_call_that_kills_the_server_is_ambiguous_and_not_replayed(
+    fault_stdio: StdioFault,
+) -> None:
     async with Upstream(fault_stdio.settings()) as up:
         with anyio.fail_after(20):
             with pytest.raises(UpstreamAmbiguous) as info:

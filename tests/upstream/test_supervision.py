@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import socket
 from pathlib import Path
 
 import anyio
@@ -92,7 +93,7 @@ async def test_unreachable_upstream_never_breaks_the_host_task_group_and_callers
             with pytest.raises(UpstreamUnavailable) as info:
                 await up.call_tool("echo", {"text": "x"})
             assert info.value.last_error == "ConnectError"
-            assert info.value.state in {"down", "reconnecting"}
+            assert info.value.state in {"starting", "down"}  # never connected yet
             with pytest.raises(UpstreamUnavailable):
                 await up.list_tools()
             tg.cancel_scope.cancel()
@@ -121,7 +122,9 @@ async def test_killed_stdio_upstream_is_reaped_and_restarted_and_the_next_call_w
         os.kill(second_pid, 0)  # exiting the Upstream stops and reaps the current process
 
 
-async def test_restarted_http_upstream_is_reconnected_without_operator_action(fault_http: FaultServer) -> None:
+async def test_restarted_http_upstream_is_reconnected_without_operator_action(
+    fault_http: FaultServer,
+) -> None:
     async with Upstream(fault_http.settings()) as up:
         with anyio.fail_after(20):
             await up.wait_for(lambda h: h.state == "connected")
@@ -131,3 +134,23 @@ async def test_restarted_http_upstream_is_reconnected_without_operator_action(fa
             result = await up.call_tool("echo", {"text": "back"})
         assert result.structured_content == {"text": "back"}
         assert up.health().connect_successes >= 2
+
+
+async def test_a_hung_handshake_is_abandoned_at_connect_timeout_and_recorded() -> None:
+    with socket.socket() as listener:  # accepts TCP (backlog) but never answers HTTP
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(16)
+        port = listener.getsockname()[1]
+        settings = UpstreamSettings(
+            name="hung",
+            transport="http",
+            url=f"http://127.0.0.1:{port}/mcp",
+            connect_timeout_s=0.3,
+            backoff_initial_s=0.02,
+            backoff_max_s=0.05,
+        )
+        async with Upstream(settings) as up:
+            with anyio.fail_after(10):
+                health = await up.wait_for(lambda h: h.connect_attempts >= 2 and h.state == "down")
+    assert health.last_error_class == "ConnectTimeout"
+    assert health.connect_successes == 0

@@ -1,0 +1,205 @@
+"""Targets and ``remote_exec``: thin adapters over :class:`remoteops.RemoteOps`."""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import re
+from typing import Annotated, Any, Literal, Self
+
+from pydantic import Field, field_validator, model_validator
+
+from gateway._catalog import Toolset, ToolSpec
+from gateway._context import ToolContext
+from gateway._errors import ErrorCode, ToolFailure
+from gateway.tools._base import Input, Output
+from remoteops import Capabilities, DiagnoseReport, ExecResult, TargetInfo
+
+__all__ = ["SPECS"]
+
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+TargetName = Annotated[str, Field(min_length=1, max_length=128, description="A configured target name.")]
+
+
+class TargetIn(Input):
+    target: TargetName
+
+
+class CapabilitiesIn(TargetIn):
+    refresh: bool = Field(False, description="Probe again even when a cached answer (120 s) exists.")
+
+
+class TargetListIn(Input):
+    pass
+
+
+class TargetListOut(Output):
+    targets: list[TargetInfo]
+
+
+class ExecIn(Input):
+    target: TargetName
+    argv: list[str] | None = Field(
+        None, min_length=1, description="Program and arguments, executed literally (no shell). Preferred."
+    )
+    shell: str | None = Field(None, min_length=1, description="A POSIX sh command string, run as sh -c.")
+    cwd: str | None = Field(None, min_length=1, description="Working directory on the target.")
+    env: dict[str, str] = Field(
+        default_factory=dict, description="Extra environment variables (names validated)."
+    )
+    stdin: str | None = Field(None, description="Data for the command's stdin.")
+    stdin_encoding: Literal["text", "base64"] = "text"
+    timeout_s: float | None = Field(
+        None, gt=0, description="Time limit enforced locally and on the target (default 60 s)."
+    )
+
+    @field_validator("env")
+    @classmethod
+    def _env_names(cls, value: dict[str, str]) -> dict[str, str]:
+        bad = sorted(name for name in value if not _ENV_NAME.match(name))
+        if bad:
+            raise ValueError(f"invalid environment variable name(s): {', '.join(bad)}")
+        return value
+
+    @model_validator(mode="after")
+    def _one_command(self) -> Self:
+        if (self.argv is None) == (self.shell is None):
+            raise ValueError("give exactly one of argv or shell")
+        return self
+
+    def stdin_bytes(self) -> bytes | None:
+        if self.stdin is None:
+            return None
+        if self.stdin_encoding == "text":
+            return self.stdin.encode("utf-8")
+        try:
+            return base64.b64decode(self.stdin, validate=True)
+        except (binascii.Error, ValueError):
+            raise ToolFailure(ErrorCode.VALIDATION_ERROR, "stdin is not valid base64") from None
+
+
+async def target_list(ctx: ToolContext, _: TargetListIn) -> TargetListOut:
+    return TargetListOut(targets=await ctx.runtime.remote.list_targets())
+
+
+async def target_capabilities(ctx: ToolContext, args: CapabilitiesIn) -> Capabilities:
+    return await ctx.runtime.remote.capabilities(args.target, refresh=args.refresh)
+
+
+async def target_diagnose(ctx: ToolContext, args: TargetIn) -> DiagnoseReport:
+    return await ctx.runtime.remote.diagnose(args.target)
+
+
+async def remote_exec(ctx: ToolContext, args: ExecIn) -> ExecResult:
+    ceiling = ctx.runtime.settings.transport.exec_timeout_max_s
+    if args.timeout_s is not None and args.timeout_s > ceiling:
+        raise ToolFailure(
+            ErrorCode.VALIDATION_ERROR,
+            f"timeout_s {args.timeout_s} exceeds the configured ceiling {ceiling}",
+            details={"limit_s": ceiling},
+        )
+    return await ctx.runtime.remote.run(
+        args.target,
+        args.argv,
+        args.shell,
+        stdin=args.stdin_bytes(),
+        cwd=args.cwd,
+        env=args.env,
+        timeout_s=args.timeout_s,
+    )
+
+
+def _render_exec(out: ExecResult) -> str:
+    status = f"exit {out.exit_code}" if out.exit_code is not None else f"signal {out.signal}"
+    if out.timed_out:
+        status += f" (timed out; remote process {'stopped' if out.remote_killed else 'may still run'})"
+    parts = [f"{status} in {out.duration_ms:.0f} ms on {out.target}"]
+    for name, text, cut in (
+        ("stdout", out.stdout, out.stdout_truncated),
+        ("stderr", out.stderr, out.stderr_truncated),
+    ):
+        if text:
+            shown = text if len(text) <= 4000 else text[:2000] + "\n…\n" + text[-2000:]
+            parts.append(f"[{name}{' truncated' if cut else ''}]\n{shown}")
+    return "\n".join(parts)
+
+
+def _render_caps(out: Capabilities) -> str:
+    present = sorted(k for k, v in out.tools.items() if v)
+    return (
+        f"{out.target}: {out.os_pretty or out.os_id or '?'} {out.kernel or ''} {out.arch or ''}; "
+        f"user {out.user} (uid {out.uid}); tools: {', '.join(present)}; "
+        f"absent: {', '.join(out.absent) or 'none'}"
+    )
+
+
+def _render_list(out: TargetListOut) -> str:
+    lines = []
+    for t in out.targets:
+        who = f"{t.identity.user}@{t.identity.hostname}:{t.identity.port}" if t.identity else t.identity_error
+        lines.append(f"{t.name}: {who}; master {'up' if t.multiplex.master_alive else 'down'}")
+    return "\n".join(lines) or "no targets configured"
+
+
+_COMMON: dict[str, Any] = {"destructive": False, "idempotent": True}
+
+SPECS: list[ToolSpec[Any, Any]] = [
+    ToolSpec(
+        name="target_list",
+        title="List targets",
+        description="The configured targets (the only ones allowed), their resolved SSH identity "
+        "(user, host, port, jump chain, identity files) and multiplex state.",
+        input_model=TargetListIn,
+        output_model=TargetListOut,
+        toolset=Toolset.INSPECT,
+        read_only=True,
+        open_world=False,
+        handler=target_list,
+        render=_render_list,
+        **_COMMON,
+    ),
+    ToolSpec(
+        name="target_capabilities",
+        title="Target capabilities",
+        description="Probe a target in one round trip: OS, kernel, arch, user and uid, and which of python3, "
+        "rsync, tmux, sudo (and sudo -n), su, docker, systemctl, journalctl, ss, sha256sum, timeout and "
+        "nvidia-smi exist. Cached 120 s.",
+        input_model=CapabilitiesIn,
+        output_model=Capabilities,
+        toolset=Toolset.INSPECT,
+        read_only=True,
+        open_world=True,
+        handler=target_capabilities,
+        render=_render_caps,
+        **_COMMON,
+    ),
+    ToolSpec(
+        name="target_diagnose",
+        title="Diagnose target",
+        description="Transport and multiplex state, identity, capabilities, disk pressure and failed systemd "
+        "units of a target; each section degrades on its own.",
+        input_model=TargetIn,
+        output_model=DiagnoseReport,
+        toolset=Toolset.INSPECT,
+        read_only=True,
+        open_world=True,
+        handler=target_diagnose,
+        **_COMMON,
+    ),
+    ToolSpec(
+        name="remote_exec",
+        title="Run a command on a target",
+        description="Run argv (or a sh command string) on a target over OpenSSH; returns exit_code, signal, "
+        "stdout and stderr separately. A non-zero exit is a normal result. Payloads go on stdin. "
+        "transport_lost means the command may or may not have run: it is never re-run automatically.",
+        input_model=ExecIn,
+        output_model=ExecResult,
+        toolset=Toolset.EXECUTE,
+        read_only=False,
+        destructive=True,
+        idempotent=False,
+        open_world=True,
+        handler=remote_exec,
+        render=_render_exec,
+    ),
+]

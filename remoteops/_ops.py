@@ -1,0 +1,218 @@
+"""The facade: ``async with RemoteOps(settings, targets) as ops: await ops.run("web", ["uptime"])``."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from types import TracebackType
+from typing import Self
+
+import anyio
+import anyio.abc
+
+from ._capabilities import PROBE_ARGV, CapabilityCache, parse_df
+from ._errors import PolicyDenied, ProbeError, RemoteOpsError
+from ._exec import Carrier, ExecRequest, SshProcessCarrier
+from ._models import (
+    Capabilities,
+    DiagnoseReport,
+    DiskUsage,
+    ExecResult,
+    SectionError,
+    TargetIdentity,
+    TargetInfo,
+    TransportStats,
+)
+from ._pool import MasterPool
+from ._resolve import IdentityResolver
+from ._settings import TargetSpec, TransportSettings
+
+__all__ = ["RemoteOps"]
+
+_DIAG_LIMIT_S = 20.0
+
+
+class RemoteOps:
+    """Remote operations over the OpenSSH ControlMaster pool. Closing it closes every master it created."""
+
+    def __init__(self, settings: TransportSettings, targets: Iterable[TargetSpec]) -> None:
+        self._settings = settings
+        self._targets: dict[str, TargetSpec] = {}
+        for target in targets:
+            if target.name in self._targets:
+                raise ValueError(f"duplicate target name {target.name!r}")
+            self._targets[target.name] = target
+        self._resolver = IdentityResolver(settings)
+        self._caps = CapabilityCache(settings.capability_ttl_s)
+        self._tg: anyio.abc.TaskGroup | None = None
+        self._pool: MasterPool | None = None
+        self._carrier: Carrier | None = None
+
+    async def __aenter__(self) -> Self:
+        tg = anyio.create_task_group()
+        await tg.__aenter__()
+        self._tg = tg
+        self._pool = MasterPool(self._settings, tg)
+        self._carrier = SshProcessCarrier(self._settings, self._pool)
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> bool | None:
+        if self._tg is None or self._pool is None:
+            return None
+        try:
+            await self._pool.aclose()
+        finally:
+            self._tg.cancel_scope.cancel()
+            await self._tg.__aexit__(exc_type, exc, tb)
+            self._tg = self._pool = self._carrier = None
+        return None
+
+    # -- helpers ---------------------------------------------------------------------------------------------
+    def _ready(self) -> tuple[MasterPool, Carrier]:
+        if self._pool is None or self._carrier is None:
+            raise RuntimeError("use RemoteOps as an async context manager")
+        return self._pool, self._carrier
+
+    def target(self, name: str) -> TargetSpec:
+        """The configured target, or PolicyDenied (the allow-list is the configured targets)."""
+        target = self._targets.get(name)
+        if target is None:
+            raise PolicyDenied(f"target {name!r} is not configured", target=name, reason="not_configured")
+        return target
+
+    async def identity(self, name: str) -> TargetIdentity:
+        return await self._resolver.resolve(self.target(name))
+
+    # -- public API ------------------------------------------------------------------------------------------
+    async def list_targets(self) -> list[TargetInfo]:
+        pool, _ = self._ready()
+        infos: list[TargetInfo] = []
+        for target in self._targets.values():
+            identity: TargetIdentity | None = None
+            error: str | None = None
+            try:
+                identity = await self._resolver.resolve(target)
+            except RemoteOpsError as exc:
+                error = f"{type(exc).__name__}: {exc.detail}"
+            infos.append(
+                TargetInfo(
+                    name=target.name,
+                    host=target.host,
+                    identity=identity,
+                    identity_error=error,
+                    multiplex=pool.state(target, identity),
+                )
+            )
+        return infos
+
+    async def run(
+        self,
+        target: str,
+        argv: Sequence[str] | None = None,
+        shell: str | None = None,
+        *,
+        stdin: bytes | None = None,
+        cwd: str | None = None,
+        env: Mapping[str, str] | None = None,
+        timeout_s: float | None = None,
+    ) -> ExecResult:
+        """Run ``argv`` (or ``sh -c shell``) on a configured target. Payloads go in ``stdin``, never in argv.
+
+        ``timeout_s`` is the remote time limit (default ``exec_timeout_default_s``, at most
+        ``exec_timeout_max_s``); the local ceiling is a little longer and raises CommandTimeout.
+        """
+        spec = self.target(target)
+        pool, carrier = self._ready()
+        if (argv is None) == (shell is None):
+            raise ValueError("give exactly one of argv or shell")
+        words = ("sh", "-c", shell) if shell is not None else tuple(argv or ())
+        limit = self._settings.exec_timeout_default_s if timeout_s is None else timeout_s
+        if not 0 < limit <= self._settings.exec_timeout_max_s:
+            raise ValueError(f"timeout_s must be in (0, {self._settings.exec_timeout_max_s}]")
+        request = ExecRequest(argv=words, time_limit_s=limit, stdin=stdin, cwd=cwd, env=dict(env or {}))
+        try:
+            identity = await self._resolver.resolve(spec)
+            return await carrier.execute(spec, identity, request)
+        except RemoteOpsError as exc:
+            pool.record_failure(exc)
+            raise
+
+    async def capabilities(self, name: str, *, refresh: bool = False) -> Capabilities:
+        spec = self.target(name)
+        identity = await self._resolver.resolve(spec)
+
+        async def probe() -> ExecResult:
+            return await self.run(name, PROBE_ARGV, timeout_s=30)
+
+        return await self._caps.get(spec.name, identity, probe, refresh=refresh)
+
+    async def diagnose(self, name: str) -> DiagnoseReport:
+        """Transport, identity, capabilities, disk pressure, failed units; each section degrades alone."""
+        spec = self.target(name)
+        pool, _ = self._ready()
+        errors: dict[str, SectionError] = {}
+
+        def record(section: str, exc: Exception) -> None:
+            detail = exc.detail if isinstance(exc, RemoteOpsError) else str(exc)
+            errors[section] = SectionError(error=type(exc).__name__, detail=detail[-600:])
+
+        identity: TargetIdentity | None = None
+        caps: Capabilities | None = None
+        disks: list[DiskUsage] | None = None
+        units: list[str] | None = None
+        try:
+            identity = await self._resolver.resolve(spec)
+        except RemoteOpsError as exc:
+            record("identity", exc)
+        if identity is not None:
+            try:
+                caps = await self.capabilities(name)
+            except RemoteOpsError as exc:
+                record("capabilities", exc)
+        if caps is not None:
+            try:
+                result = await self.run(name, ["df", "-P", "-k"], timeout_s=_DIAG_LIMIT_S)
+                disks = parse_df(result.stdout)
+                if result.exit_code != 0 and not disks:
+                    raise ProbeError(f"df exited {result.exit_code}", target=name)
+            except (RemoteOpsError, ValueError) as exc:
+                record("disks", exc)
+            if caps.tools.get("systemctl"):
+                try:
+                    argv = ["systemctl", "--failed", "--no-legend", "--plain", "--no-pager"]
+                    result = await self.run(name, argv, timeout_s=_DIAG_LIMIT_S)
+                    if result.exit_code != 0:
+                        raise ProbeError(result.stderr.strip()[-300:] or "systemctl failed", target=name)
+                    units = [line.split()[0] for line in result.stdout.splitlines() if line.strip()]
+                except RemoteOpsError as exc:
+                    record("failed_units", exc)
+        return DiagnoseReport(
+            target=name,
+            multiplex=pool.state(spec, identity),
+            identity=identity,
+            capabilities=caps,
+            disks=disks,
+            failed_units=units,
+            errors=errors,
+        )
+
+    def stats(self) -> TransportStats:
+        pool, _ = self._ready()
+        c = pool.counters
+        return TransportStats(
+            masters_created=c["masters_created"],
+            masters_reused=c["masters_reused"],
+            masters_adopted=c["masters_adopted"],
+            stale_recovered=c["stale_recovered"],
+            fallbacks=c["fallbacks"],
+            evictions=c["evictions"],
+            live_masters=pool.live_masters(),
+            runs=c["runs"],
+            failures={k.removeprefix("failure:"): v for k, v in c.items() if k.startswith("failure:")},
+            capability_probes=self._caps.probes,
+            capability_cache_hits=self._caps.hits,
+            control_dir=str(pool.control_dir),
+            control_dir_fallback=pool.control_dir_note is not None,
+            control_dir_note=pool.control_dir_note,
+        )

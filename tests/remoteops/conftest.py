@@ -1,0 +1,70 @@
+"""Fixtures for remoteops tests against the real sshd (tests/fixtures/sshd.py)."""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from collections.abc import Callable, Iterator
+from contextlib import AbstractAsyncContextManager
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+from anyio.from_thread import BlockingPortal, start_blocking_portal
+
+from remoteops import RemoteOps, TargetSpec, TransportSettings
+from tests.fixtures.sshd import SshdInstance
+
+# roles of tests/fixtures/sshd.py aliases that remoteops tests use as target names
+ROLES = ("plain", "sudo", "pass", "root", "badhostkey", "wrongkey", "closed")
+
+OpsFactory = Callable[..., AbstractAsyncContextManager[RemoteOps]]
+
+
+def make_targets(sshd: SshdInstance) -> list[TargetSpec]:
+    return [TargetSpec(name=role, host=sshd.alias(role)) for role in ROLES]
+
+
+@pytest.fixture
+def settings(sshd: SshdInstance) -> TransportSettings:
+    return TransportSettings(ssh_config_file=sshd.ssh_config, control_dir=sshd.control_dir)
+
+
+@pytest.fixture
+def ops_factory(sshd: SshdInstance, settings: TransportSettings) -> OpsFactory:
+    """RemoteOps over the fixture sshd; keyword arguments override TransportSettings fields."""
+
+    def factory(targets: list[TargetSpec] | None = None, **overrides: Any) -> RemoteOps:
+        merged = settings.model_copy(update=overrides) if overrides else settings
+        return RemoteOps(TransportSettings.model_validate(merged.model_dump()), targets or make_targets(sshd))
+
+    return factory
+
+
+@pytest.fixture
+def portal_ops(ops_factory: OpsFactory) -> Iterator[tuple[BlockingPortal, RemoteOps]]:
+    """One RemoteOps (one master) living in a portal thread, for sync tests such as hypothesis properties."""
+    with start_blocking_portal("asyncio") as portal, portal.wrap_async_context_manager(ops_factory()) as ops:
+        yield portal, ops
+
+
+@pytest.fixture
+def shared_dir() -> Iterator[Path]:
+    """A short directory every target user can write to (the target is this machine)."""
+    path = Path(tempfile.mkdtemp(prefix="rogt-", dir="/tmp"))
+    path.chmod(0o777)
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+async def wait_for_line(path: Path) -> str:
+    """Block until a writer opens the FIFO at ``path`` and writes a line (no polling)."""
+
+    def read() -> str:
+        with open(path) as fh:
+            return fh.readline()
+
+    return await anyio.to_thread.run_sync(read, abandon_on_cancel=True)

@@ -1,0 +1,120 @@
+"""The one rendering function: argv is data, through the real target and through the local /bin/sh."""
+
+from __future__ import annotations
+
+import subprocess
+import time
+
+import pytest
+from anyio.from_thread import BlockingPortal
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from remoteops import RemoteOps, render_command
+from remoteops._capture import HeadTail, clip
+from remoteops._render import parse_markers
+from remoteops._resolve import parse_ssh_g
+
+NASTY = [
+    "", " ", "'", '"', "\\", "$(id)", "`id`", "${HOME}", "$HOME", ";", "&&", "|", "\n", "a\nb", "-n", "-e",
+    "--", "-", "*", "?", "~", "#", "!", "é✓漢字", "\t", "\r", "%s", "%%", "a b", "'$(touch /tmp/rog-pwned)'",
+]  # fmt: skip
+WORD = st.one_of(
+    st.sampled_from(NASTY),
+    st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00"), max_size=20),
+)
+ARGS = st.lists(WORD, max_size=8)
+
+
+def expected(args: list[str]) -> str:
+    return "".join(a + "\0" for a in args) if args else "\0"
+
+
+@pytest.mark.sshd
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(args=ARGS)
+def test_any_argv_executes_literally_on_the_target(
+    portal_ops: tuple[BlockingPortal, RemoteOps], args: list[str]
+) -> None:
+    portal, ops = portal_ops
+    result = portal.call(lambda: ops.run("plain", ["printf", "%s\\0", *args]))
+    assert result.exit_code == 0
+    assert result.stdout == expected(args)
+    assert result.stderr == ""
+
+
+@settings(max_examples=150, deadline=None)
+@given(args=ARGS, cwd=st.sampled_from([None, "/", "/tmp"]))
+def test_any_argv_round_trips_through_the_local_sh(args: list[str], cwd: str | None) -> None:
+    rendered = render_command(["printf", "%s\\0", *args], time_limit_s=10, cwd=cwd)
+    proc = subprocess.run(["sh", "-c", rendered.text], capture_output=True, check=False, timeout=10)
+    markers = parse_markers(rendered, proc.stderr, b"", 0)
+    assert markers.started
+    assert markers.exit_code == 0
+    assert markers.head == b""
+    assert proc.stdout.decode() == expected(args)
+
+
+@pytest.mark.parametrize("use_timeout_binary", [True, False])
+def test_remote_time_limit_stops_the_command_with_and_without_timeout_binary(
+    use_timeout_binary: bool,
+) -> None:
+    # the sh watchdog (no `timeout` on the target) signals the direct child only: no grandchildren here
+    rendered = render_command(
+        ["sleep", "30"], time_limit_s=0.3, kill_after_s=1, use_timeout_binary=use_timeout_binary
+    )
+    started = time.monotonic()
+    proc = subprocess.run(["sh", "-c", rendered.text], capture_output=True, check=False, timeout=10)
+    markers = parse_markers(rendered, proc.stderr, b"", 0)
+    assert time.monotonic() - started < 5
+    assert markers.exit_code in (124, 143)
+    assert proc.returncode == markers.exit_code
+
+
+def test_wrapper_passes_stdin_through_in_the_degraded_watchdog_path() -> None:
+    rendered = render_command(["cat"], time_limit_s=5, use_timeout_binary=False)
+    proc = subprocess.run(["sh", "-c", rendered.text], input=b"payload\n", capture_output=True, timeout=10)
+    assert proc.stdout == b"payload\n"
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [[], [""], ["a\0b"]],
+)
+def test_invalid_argv_is_rejected_before_anything_runs(argv: list[str]) -> None:
+    with pytest.raises(ValueError):  # noqa: PT011 - the message is not the contract
+        render_command(argv, time_limit_s=1)
+
+
+@pytest.mark.parametrize("name", ["1A", "A-B", "A B", "", "A=B"])
+def test_invalid_env_names_are_rejected(name: str) -> None:
+    with pytest.raises(ValueError, match="environment variable name"):
+        render_command(["true"], time_limit_s=1, env={name: "x"})
+
+
+@settings(max_examples=200)
+@given(data=st.binary(max_size=3000), cap=st.integers(min_value=4, max_value=1000), chunk=st.integers(1, 700))
+def test_head_tail_capture_keeps_head_and_tail_and_counts_dropped(data: bytes, cap: int, chunk: int) -> None:
+    buf = HeadTail(cap // 2, cap - cap // 2)
+    for i in range(0, len(data), chunk):
+        buf.feed(data[i : i + chunk])
+    kept, dropped = clip(buf.head, buf.tail, buf.gap, cap)
+    if len(data) <= cap:
+        assert (kept, dropped) == (data, 0)
+    else:
+        assert kept == data[: cap // 2] + data[len(data) - (cap - cap // 2) :]
+        assert dropped == len(data) - cap
+
+
+def test_ssh_g_output_becomes_a_stable_identity() -> None:
+    text = (
+        "user deploy\nhostname 10.0.0.5\nport 2222\nproxyjump bastion,inner\nidentityfile ~/.ssh/a\n"
+        "identityfile ~/.ssh/b\nuserknownhostsfile ~/.ssh/known_hosts\n"
+    )
+    identity = parse_ssh_g(text)
+    assert identity.user == "deploy"
+    assert identity.port == 2222
+    assert identity.proxyjump == ("bastion", "inner")
+    assert identity.identity_files == ("~/.ssh/a", "~/.ssh/b")
+    assert parse_ssh_g(text).identity_hash == identity.identity_hash
+    assert parse_ssh_g(text.replace("2222", "22")).identity_hash != identity.identity_hash
