@@ -8,6 +8,7 @@ Plain async Python returning pydantic records and raising one exception tree (se
 """
 
 from ._capabilities import TOOLS as CAPABILITY_TOOLS
+from ._embedded import EmbeddedTarget
 from ._errors import (
     AuthError,
     CommandTimeout,
@@ -37,8 +38,6 @@ from ._models import (
 from ._ops import RemoteOps
 from ._render import RenderedCommand, render_command
 from ._settings import HostKeyPolicy, MultiplexMode, TargetSpec, TransportSettings
-
-from ._embedded import EmbeddedTarget
 
 __all__ = [
     "CAPABILITY_TOOLS",

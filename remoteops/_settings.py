@@ -39,7 +39,9 @@ class TransportSettings(BaseModel):
     exec_timeout_default_s: float = Field(default=60, gt=0)
     exec_timeout_max_s: float = Field(default=3600, gt=0)
     kill_after_s: int = Field(default=5, ge=1, le=120)  # remote TERM -> KILL grace
-    output_cap_bytes: int = Field(default=1024 * 1024, ge=4096)  # per stream; head and tail are kept
+    # per stream; head and tail are kept. 64 KiB keeps a whole result under the 1 MiB SSE event
+    # limit of common MCP clients even when every byte needs JSON escaping.
+    output_cap_bytes: int = Field(default=64 * 1024, ge=4096)
     capability_ttl_s: float = Field(default=120, ge=0)
 
 

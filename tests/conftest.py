@@ -1,19 +1,18 @@
-"""Shared pytest configuration: asyncio is the only backend (asyncssh and uvicorn need it)."""
+"""Shared pytest configuration: asyncio is the only backend (asyncssh and uvicorn need it), and the real
+OpenSSH sshd (tests/fixtures/sshd.py) shared by the remoteops, gateway and privilege tests."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import pytest
+
+from tests.fixtures.sshd import SshdInstance, sshd_unavailable_reason, start_sshd
 
 
 @pytest.fixture(scope="session")
 def anyio_backend() -> str:
     return "asyncio"
-
-
-# -- the real OpenSSH sshd (tests/fixtures/sshd.py), shared by remoteops, gateway and privilege tests --
-from collections.abc import Iterator  # noqa: E402 - appended section
-
-from tests.fixtures.sshd import SshdInstance, sshd_unavailable_reason, start_sshd  # noqa: E402
 
 
 @pytest.fixture(scope="session")

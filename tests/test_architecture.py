@@ -106,4 +106,6 @@ def test_each_package_public_surface_is_pinned(package: str) -> None:
     assert len(exported) == len(set(exported)), "duplicate names in __all__"
     for name in exported:
         assert hasattr(module, name), f"{package}.{name} is in __all__ but missing"
-    assert set(exported) == PUBLIC[package], "a change of the public surface must be deliberate: update PUBLIC"
+    assert set(exported) == PUBLIC[package], (
+        "a change of the public surface must be deliberate: update PUBLIC"
+    )

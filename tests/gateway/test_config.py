@@ -36,7 +36,9 @@ def test_an_unknown_key_in_the_file_names_the_key_and_the_file(tmp_path: Path) -
 def test_environment_overrides_win_and_unknown_ones_name_the_variable(tmp_path: Path) -> None:
     cfg = tmp_path / "g.toml"
     cfg.write_text("[server]\nport = 9000\n")
-    s = load_settings(cfg, {"REMOTEOPS_GATEWAY__SERVER__PORT": "9100", "REMOTEOPS_GATEWAY__LOG_LEVEL": "debug"})
+    s = load_settings(
+        cfg, {"REMOTEOPS_GATEWAY__SERVER__PORT": "9100", "REMOTEOPS_GATEWAY__LOG_LEVEL": "debug"}
+    )
     assert s.server.port == 9100
     assert s.log_level == "debug"
     with pytest.raises(ConfigError) as info:

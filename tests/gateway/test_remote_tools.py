@@ -1,0 +1,168 @@
+"""The remote tools through MCP, against the real OpenSSH sshd: results, error codes, policy, audit."""
+
+from __future__ import annotations
+
+import base64
+import json
+from typing import Any
+
+import jsonschema
+import pytest
+
+from tests.fixtures.sshd import SshdInstance
+from tests.gateway.conftest import ClientFactory
+
+SECRET = "Planted-Secret-For-Exec-0x5eed"
+
+
+def _targets(sshd: SshdInstance) -> dict[str, Any]:
+    return {
+        "transport": {"ssh_config_file": str(sshd.ssh_config), "control_dir": str(sshd.control_dir)},
+        "targets": [
+            {"name": "plain", "host": sshd.alias("plain")},
+            {"name": "badhostkey", "host": sshd.alias("badhostkey")},
+            {"name": "wrongkey", "host": sshd.alias("wrongkey")},
+            {"name": "closed", "host": sshd.alias("closed")},
+        ],
+    }
+
+
+def _err(result: Any) -> dict[str, Any]:
+    assert result.is_error is True, result
+    return dict(result.structured_content["error"])
+
+
+@pytest.mark.anyio
+async def test_remote_exec_returns_separate_streams_and_exit_code(
+    gateway_client: ClientFactory, sshd: SshdInstance
+) -> None:
+    async with gateway_client(**_targets(sshd)) as (client, _):
+        tools = {t.name: t for t in (await client.list_tools()).tools}
+        result = await client.call_tool(
+            "remote_exec", {"target": "plain", "shell": "echo out; echo err >&2; exit 3"}
+        )
+        assert result.is_error is not True
+        out = result.structured_content
+        jsonschema.validate(out, tools["remote_exec"].output_schema)
+        assert (out["exit_code"], out["stdout"], out["stderr"]) == (3, "out\n", "err\n")
+        assert out["timed_out"] is False
+        assert "exit 3" in result.content[0].text
+
+
+@pytest.mark.anyio
+async def test_remote_exec_argv_stdin_env_and_cwd_arrive_literally(
+    gateway_client: ClientFactory, sshd: SshdInstance
+) -> None:
+    async with gateway_client(**_targets(sshd)) as (client, _):
+        result = await client.call_tool(
+            "remote_exec",
+            {
+                "target": "plain",
+                "argv": ["sh", "-c", 'printf "%s|%s|" "$GREETING" "$(pwd)"; cat', "ignored"],
+                "env": {"GREETING": "it's $(not) run; `x`"},
+                "cwd": "/tmp",
+                "stdin": base64.b64encode(b"\x00bin\xffary").decode(),
+                "stdin_encoding": "base64",
+            },
+        )
+        out = result.structured_content
+        assert out["exit_code"] == 0
+        assert out["stdout"].startswith("it's $(not) run; `x`|/tmp|")
+
+
+@pytest.mark.anyio
+async def test_an_unconfigured_target_is_policy_denied(
+    gateway_client: ClientFactory, sshd: SshdInstance
+) -> None:
+    async with gateway_client(**_targets(sshd)) as (client, rt):
+        err = _err(await client.call_tool("remote_exec", {"target": "sshd-root", "argv": ["id"]}))
+        assert err["code"] == "policy_denied"
+        assert rt.remote.stats().runs == 0
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize(
+    ("target", "code"),
+    [("badhostkey", "host_key_error"), ("wrongkey", "auth_error"), ("closed", "connect_error")],
+)
+async def test_transport_failures_map_to_their_error_codes(
+    gateway_client: ClientFactory, sshd: SshdInstance, target: str, code: str
+) -> None:
+    async with gateway_client(**_targets(sshd)) as (client, _):
+        err = _err(await client.call_tool("remote_exec", {"target": target, "argv": ["true"]}))
+        assert err["code"] == code
+        assert err["details"]["target"] == target
+        assert err["retryable"] is (code == "connect_error")
+
+
+@pytest.mark.anyio
+async def test_bad_exec_arguments_are_validation_errors(
+    gateway_client: ClientFactory, sshd: SshdInstance
+) -> None:
+    async with gateway_client(**_targets(sshd)) as (client, _):
+        for args in (
+            {"target": "plain"},
+            {"target": "plain", "argv": ["true"], "shell": "true"},
+            {"target": "plain", "argv": ["env"], "env": {"BAD-NAME": "x"}},
+            {"target": "plain", "argv": ["cat"], "stdin": "!!", "stdin_encoding": "base64"},
+            {"target": "plain", "argv": ["true"], "timeout_s": 999999},
+            {"target": "plain", "argv": []},
+        ):
+            assert _err(await client.call_tool("remote_exec", args))["code"] == "validation_error", args
+
+
+@pytest.mark.anyio
+async def test_a_timed_out_command_is_reported_and_stopped(
+    gateway_client: ClientFactory, sshd: SshdInstance
+) -> None:
+    async with gateway_client(**_targets(sshd)) as (client, _):
+        result = await client.call_tool(
+            "remote_exec", {"target": "plain", "argv": ["sleep", "30"], "timeout_s": 1}
+        )
+        out = result.structured_content
+        assert result.is_error is not True
+        assert out["timed_out"] is True
+        assert out["remote_killed"] is True
+
+
+@pytest.mark.anyio
+async def test_target_tools_describe_the_target(gateway_client: ClientFactory, sshd: SshdInstance) -> None:
+    async with gateway_client(**_targets(sshd)) as (client, _):
+        listed = (await client.call_tool("target_list", {})).structured_content
+        plain = next(t for t in listed["targets"] if t["name"] == "plain")
+        assert plain["identity"]["user"] == sshd.users["plain"]
+        assert plain["identity"]["port"] == sshd.port
+        caps = (await client.call_tool("target_capabilities", {"target": "plain"})).structured_content
+        assert caps["user"] == sshd.users["plain"]
+        assert caps["tools"]["sh" if "sh" in caps["tools"] else "timeout"] is True
+        diag = (await client.call_tool("target_diagnose", {"target": "plain"})).structured_content
+        assert diag["identity"]["hostname"] == "127.0.0.1"
+        assert diag["disks"]
+
+
+@pytest.mark.anyio
+async def test_secrets_in_stdin_and_env_never_reach_the_audit_file_or_the_log(
+    gateway_client: ClientFactory, sshd: SshdInstance, capfd: pytest.CaptureFixture[str]
+) -> None:
+    async with gateway_client(**_targets(sshd)) as (client, rt):
+        result = await client.call_tool(
+            "remote_exec",
+            {
+                "target": "plain",
+                "argv": ["sh", "-c", "cat >/dev/null; echo done"],
+                "stdin": SECRET,
+                "env": {"DB_PASSWORD": SECRET},
+            },
+        )
+        assert result.structured_content["stdout"] == "done\n"
+        audit = rt.settings.audit_path.read_text()
+        health = await client.call_tool("gateway_health", {})
+    record = json.loads(audit.splitlines()[0])
+    assert record["tool"] == "remote_exec"
+    assert record["target"] == "plain"
+    assert record["toolset"] == "execute"
+    assert record["arguments"]["stdin"]["len"] == len(SECRET)
+    assert SECRET not in audit
+    assert SECRET not in json.dumps(health.structured_content)
+    captured = capfd.readouterr()
+    assert SECRET not in captured.out + captured.err
