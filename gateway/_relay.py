@@ -181,10 +181,17 @@ class Relay:
         if not self._entries:
             return ["No upstream terminal server is configured."]
         lines = []
-        for up in self._upstreams:
+        for index, up in enumerate(self._upstreams):
             h = up.health()
+            if not self._enabled:
+                lines.append(
+                    f"Upstream {h.name!r} ({h.transport}) is configured but not relayed: "
+                    "the 'upstream' toolset is off."
+                )
+                continue
             server = f"{h.server_name} {h.server_version or ''}".strip() if h.server_name else "not yet known"
-            count = h.tool_count if h.tool_count is not None else "unknown number of"
+            # What the client is served (after include/exclude/collisions), not the upstream's own count.
+            count = len(self._views[index].tools) if h.tool_count is not None else "unknown number of"
             lines.append(
                 f"Upstream {h.name!r} ({h.transport}): state {h.state}, server {server}, "
                 f"{count} tools relayed unchanged."

@@ -52,6 +52,7 @@ async def serve_stdio(settings: Settings, specs: Sequence[AnySpec], redactor: Re
                 notifier.ready("serving on stdio")
                 await server.run(read_stream, write_stream, server.create_initialization_options())
             tg.cancel_scope.cancel()
+        _ignore_further_terms()
 
 
 class _Uvicorn(uvicorn.Server):
@@ -63,10 +64,21 @@ class _Uvicorn(uvicorn.Server):
 
 
 async def _stop_on_signal(on_signal: Callable[[], None]) -> None:
+    """SIGTERM/SIGINT start a graceful stop; later signals are absorbed while the drain runs (bounded by
+    ``server.drain_timeout_s``), so a second TERM from a supervisor cannot cut the drain short."""
     with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
-        async for _ in signals:
-            on_signal()
-            return
+        stopping = False
+        async for signum in signals:
+            if not stopping:
+                stopping = True
+                on_signal()
+            else:
+                _log.info("already_stopping", signal=signal.Signals(signum).name)
+
+
+def _ignore_further_terms() -> None:
+    with contextlib.suppress(ValueError):  # only possible from the main thread
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
 
 
 def _bind(host: str, port: int) -> socket.socket:
@@ -153,6 +165,7 @@ async def serve_http(
             info = {
                 "url": url,
                 "port": port,
+                "pid": os.getpid(),
                 "auth": settings.auth.mode,
                 "token_file": str(settings.token_path) if token else None,
                 "healthz": health_url,
@@ -175,4 +188,5 @@ async def serve_http(
             _log.info("serving", url=url, auth=settings.auth.mode)
             notifier.ready(f"serving MCP at {url}")
             tg.start_soon(_watchdog, notifier, stopping, health_url)
+        _ignore_further_terms()  # the runtime's own shutdown (masters, upstreams) is bounded; let it finish
     _log.info("stopped")

@@ -15,6 +15,7 @@ from typing import Any
 import mcp_types as types
 import structlog
 from mcp.server.auth.middleware.auth_context import get_access_token
+from mcp.server.connection import Connection
 from mcp.server.context import ServerRequestContext
 from mcp.server.lowlevel.server import NotificationOptions, Server
 from mcp.server.models import InitializationOptions
@@ -55,7 +56,13 @@ class GatewayServer(Server[Runtime]):
 
 
 def build_server(rt: Runtime, *, stdio_principal: str | None = None) -> GatewayServer:
-    sessions: weakref.WeakSet[ServerSession] = weakref.WeakSet()
+    # Clients to tell about tools/list_changed. In SDK 2.3 ``ctx.session`` is built per request
+    # (``ServerRunner._make_context``), so a weak set of sessions empties as each request ends; the
+    # per-client object is the session's ``Connection`` (public type, reached only via a private field).
+    connections: weakref.WeakSet[Connection] = weakref.WeakSet()
+
+    def remember(session: ServerSession) -> None:
+        connections.add(session._connection)
 
     def principal() -> str:
         token = get_access_token()
@@ -66,13 +73,13 @@ def build_server(rt: Runtime, *, stdio_principal: str | None = None) -> GatewayS
     async def on_list_tools(
         ctx: ServerRequestContext[Runtime], params: types.PaginatedRequestParams | None
     ) -> types.ListToolsResult:
-        sessions.add(ctx.session)
+        remember(ctx.session)
         return types.ListToolsResult(tools=rt.catalog.tools() + await rt.relay.list_tools())
 
     async def on_call_tool(
         ctx: ServerRequestContext[Runtime], params: types.CallToolRequestParams
     ) -> types.CallToolResult:
-        sessions.add(ctx.session)
+        remember(ctx.session)
         session = ctx.session
 
         async def progress(progress: float, total: float | None, message: str | None) -> None:
@@ -81,9 +88,9 @@ def build_server(rt: Runtime, *, stdio_principal: str | None = None) -> GatewayS
         return await dispatch_call(rt, params, principal=principal(), report_progress=progress)
 
     async def tools_changed() -> None:
-        for session in list(sessions):
+        for connection in list(connections):
             try:
-                await session.send_tool_list_changed()
+                await connection.outbound.notify("notifications/tools/list_changed", None)
             except Exception as exc:  # a closed client must not stop the others from hearing it
                 _log.debug("list_changed_not_delivered", error=type(exc).__name__)
 

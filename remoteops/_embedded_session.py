@@ -64,6 +64,13 @@ async def run_session(process: SSHProcess, *, sandbox: Path, base_env: Mapping[s
         await _run_pty(process, argv, sandbox, env)
 
 
+def _spawn_failed(process: SSHProcess, exc: OSError) -> None:
+    """The command could not start (no sandbox, no fds or ptys left): fail the channel, not the connection."""
+    with contextlib.suppress(BrokenPipeError, ConnectionError):
+        process.stderr.write(f"embedded target: cannot start command: {exc.strerror or exc}\n".encode())
+    process.exit(127)
+
+
 def _session_env(process: SSHProcess, base_env: Mapping[str, str]) -> dict[str, str]:
     env = dict(base_env)
     for name, value in process.env.items():  # like Debian's sshd: AcceptEnv LANG LC_*
@@ -129,9 +136,13 @@ async def _cancel_when_closed(process: SSHProcess, scope: anyio.CancelScope) -> 
 
 
 async def _run_piped(process: SSHProcess, argv: Sequence[str], cwd: Path, env: Mapping[str, str]) -> None:
-    proc = await anyio.open_process(
-        argv, stdin=PIPE, stdout=PIPE, stderr=PIPE, cwd=cwd, env=env, start_new_session=True
-    )
+    try:
+        proc = await anyio.open_process(
+            argv, stdin=PIPE, stdout=PIPE, stderr=PIPE, cwd=cwd, env=env, start_new_session=True
+        )
+    except OSError as exc:
+        _spawn_failed(process, exc)
+        return
     returncode: int | None = None
     try:
         async with anyio.create_task_group() as tg:
@@ -193,7 +204,11 @@ def _set_winsize(fd: int, size: tuple[int, int, int, int]) -> None:
 
 
 async def _run_pty(process: SSHProcess, argv: Sequence[str], cwd: Path, env: Mapping[str, str]) -> None:
-    master, slave = os.openpty()
+    try:
+        master, slave = os.openpty()
+    except OSError as exc:
+        _spawn_failed(process, exc)
+        return
     try:
         tty_name = os.ttyname(slave)
         _set_winsize(master, process.term_size)
@@ -208,6 +223,10 @@ async def _run_pty(process: SSHProcess, argv: Sequence[str], cwd: Path, env: Map
             env=env,
             start_new_session=True,
         )
+    except OSError as exc:
+        os.close(master)
+        _spawn_failed(process, exc)
+        return
     except BaseException:
         os.close(master)
         raise

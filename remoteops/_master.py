@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import contextlib
-import re
+import os
 import socket
+import struct
 import subprocess
 import time
 from pathlib import Path
@@ -22,7 +23,58 @@ from ._sshargs import SshArgs, classify_ssh_failure
 __all__ = ["Master"]
 
 _CONTROL_S = 5.0
-_PID = re.compile(r"pid=(\d+)")
+
+# OpenSSH's multiplexing protocol (PROTOCOL.mux): uint32-length-framed packets of uint32 fields.
+_MUX_MSG_HELLO = 0x00000001
+_MUX_VERSION = 4
+_MUX_C_ALIVE_CHECK = 0x10000004
+_MUX_S_ALIVE = 0x80000005
+_MUX_MAX_PACKET = 256 * 1024
+
+
+async def _read_packet(stream: anyio.abc.ByteStream) -> bytes:
+    buf = b""
+    while len(buf) < 4:
+        buf += await stream.receive(4 - len(buf))
+    (length,) = struct.unpack(">I", buf)
+    if not 4 <= length <= _MUX_MAX_PACKET:
+        raise ValueError(f"bad mux packet length {length}")
+    body = b""
+    while len(body) < length:
+        body += await stream.receive(length - len(body))
+    return body
+
+
+def _packet(*words: int) -> bytes:
+    payload = struct.pack(f">{len(words)}I", *words)
+    return struct.pack(">I", len(payload)) + payload
+
+
+async def mux_alive_check(control_path: Path) -> int | None:
+    """The exchange ``ssh -O check`` makes (hello, MUX_C_ALIVE_CHECK -> MUX_S_ALIVE), done in-process:
+    a full round trip through the master's mux loop without starting a process. Returns the master's pid,
+    or None when the socket does not answer as a live master. Unbounded: the caller holds the deadline."""
+    try:
+        stream = await anyio.connect_unix(str(control_path))
+    except OSError:
+        return None
+    request_id = int.from_bytes(os.urandom(4), "big")
+    try:
+        async with stream:
+            await stream.send(_packet(_MUX_MSG_HELLO, _MUX_VERSION))
+            hello = await _read_packet(stream)
+            if struct.unpack_from(">I", hello)[0] != _MUX_MSG_HELLO:
+                return None
+            await stream.send(_packet(_MUX_C_ALIVE_CHECK, request_id))
+            reply = await _read_packet(stream)
+            if len(reply) < 12:
+                return None
+            kind, echoed, pid = struct.unpack_from(">III", reply)
+            if kind != _MUX_S_ALIVE or echoed != request_id:
+                return None
+            return int(pid)
+    except (OSError, ValueError, struct.error, anyio.EndOfStream, anyio.BrokenResourceError):
+        return None
 
 
 class Master:
@@ -60,21 +112,16 @@ class Master:
         return True
 
     async def check(self) -> bool:
-        """``ssh -O check`` (a full round trip through the master's mux protocol)."""
+        """What ``ssh -O check`` checks (a full round trip through the master's mux protocol), in-process."""
+        pid: int | None = None
         with anyio.move_on_after(_CONTROL_S):
-            outcome = await run_process(
-                self._args.control(self.target, self.control_path, "check"),
-                stdin=None,
-                stdout=HeadTail(4096, 0),
-                stderr=HeadTail(4096, 0),
-            )
-            self.last_checked = time.monotonic()
-            if outcome.returncode == 0:
-                match = _PID.search(outcome.stderr.head.decode(errors="replace"))
-                if match and self.pid is None:
-                    self.pid = int(match.group(1))
-                return True
-        return False
+            pid = await mux_alive_check(self.control_path)
+        self.last_checked = time.monotonic()
+        if pid is None:
+            return False
+        if self.pid is None:
+            self.pid = pid
+        return True
 
     async def start(self, task_group: anyio.abc.TaskGroup) -> None:
         """Start the master; return once its control socket listens. Raises from the exception tree."""

@@ -41,7 +41,7 @@ MARKER_ALLOWANCE = 64  # bytes the two markers may take on stderr
 
 _WRAPPER = r"""n=$1 t=$2 k=$3 d=$4 e=$5; shift 5
 printf '\036ROG%sS\n' "$n" >&2
-tm=$(command -v timeout 2>/dev/null)
+tm=; command -v timeout >/dev/null 2>&1 && tm=timeout
 while [ "$e" -gt 0 ]; do export "$1"; shift; e=$((e - 1)); done
 rc=0
 if [ -n "$d" ]; then cd -- "$d" || rc=$?; fi
@@ -62,7 +62,7 @@ exit "$rc"
 """
 
 # A variant without `timeout`, selected only by tests to exercise the degraded path.
-_WRAPPER_NO_TIMEOUT = _WRAPPER.replace("tm=$(command -v timeout 2>/dev/null)", "tm=")
+_WRAPPER_NO_TIMEOUT = _WRAPPER.replace("tm=; command -v timeout >/dev/null 2>&1 && tm=timeout", "tm=")
 
 
 def new_nonce() -> str:

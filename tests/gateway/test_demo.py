@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+import anyio
 import httpx2
 import pytest
 from mcp import Client, StdioServerParameters
@@ -125,3 +126,37 @@ async def test_demo_over_stdio_serves_the_same_tools(short_dir: Path) -> None:
     )
     async with Client(params, mode="legacy") as client:
         await _exercise(client)
+
+
+@pytest.mark.anyio
+async def test_sigterm_drains_an_in_flight_call_and_exits_zero(short_dir: Path) -> None:
+    marker = short_dir / "started"
+    results: list[dict[str, object]] = []
+    with _demo_process(short_dir) as (info, token, _):  # on exit: asserts the gateway exits 0
+        pid = int(info["pid"])
+        http = httpx2.AsyncClient(headers={"Authorization": f"Bearer {token}"}, timeout=httpx2.Timeout(30))
+        try:
+            # Stateless 2026-07-28 era: no standalone GET stream that would try to reconnect during shutdown.
+            transport = streamable_http_client(info["url"], http_client=http)
+            async with http, Client(transport, mode="2026-07-28") as client:
+                await client.list_tools()  # the client checks results against the listed outputSchema
+
+                async def call() -> None:
+                    result = await client.call_tool(
+                        "remote_exec",
+                        {"target": "demo", "shell": f"touch {marker}; sleep 2; echo finished"},
+                    )
+                    assert result.structured_content is not None
+                    results.append(result.structured_content)
+
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(call)
+                    with anyio.fail_after(20):
+                        while not marker.exists():  # noqa: ASYNC110 - the remote side signals through a file
+                            await anyio.sleep(0.02)
+                    os.kill(pid, signal.SIGTERM)  # the gateway stops accepting and drains the running call
+        except* httpx2.ConnectError:
+            # Closing the client talks to a gateway that has stopped accepting; only that may fail here.
+            assert results, "the in-flight call did not complete before the connection failed"
+    assert results[0]["exit_code"] == 0
+    assert results[0]["stdout"] == "finished\n"

@@ -1,0 +1,60 @@
+"""Smoke test of the relay benchmark: it runs end to end and prints its table (timings are not judged)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from acceptance import bench_relay
+
+ROOT = Path(__file__).resolve().parents[1]
+
+pytestmark = pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed")
+
+
+def _processes_mentioning(marker: str) -> list[str]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or entry.name == str(os.getpid()):
+            continue
+        try:
+            blob = (entry / "cmdline").read_bytes() + (entry / "environ").read_bytes()
+        except OSError:
+            continue
+        if marker.encode() in blob:
+            found.append(entry.name)
+    return found
+
+
+def test_bench_relay_runs_and_prints_its_rows() -> None:
+    argv = [sys.executable, "-m", "acceptance.bench_relay", "--calls", "3", "--warmup", "1", "--no-peer"]
+    done = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=240, check=False)
+    assert done.returncode == 0, done.stderr[-4000:]
+    for row in (bench_relay.ROW_DIRECT, bench_relay.ROW_DIRECT_STDIO, bench_relay.ROW_GW_HTTP):
+        assert f"| {row} |" in done.stdout, done.stdout
+    assert "| subject | median ms | p95 ms | ratio to direct |" in done.stdout
+    assert bench_relay.ROW_PEER not in done.stdout  # --no-peer: no mcp-proxy, no extra venv
+
+
+def test_bench_relay_json_and_cleanup() -> None:
+    argv = [sys.executable, "-m", "acceptance.bench_relay", "--calls", "3", "--warmup", "0", "--no-peer"]
+    argv.append("--json")
+    done = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=240, check=False)
+    assert done.returncode == 0, done.stderr[-4000:]
+    result = json.loads(done.stdout)
+    subjects = [row["subject"] for row in result["rows"]]
+    assert subjects == [bench_relay.ROW_DIRECT, bench_relay.ROW_DIRECT_STDIO, bench_relay.ROW_GW_HTTP]
+    assert all(row["calls"] == 3 for row in result["rows"])
+    assert result["peer_mode"] is None
+    # Every process that used the benchmark's tmux socket is gone, and so is the socket.
+    sock = result["tmux_socket"]
+    assert _processes_mentioning(f"LIBTMUX_SOCKET={sock}") == []
+    assert _processes_mentioning(sock) == []
+    tmpdir = Path(os.environ.get("TMUX_TMPDIR", "/tmp")) / f"tmux-{os.getuid()}"
+    assert not (tmpdir / sock).exists()
