@@ -57,10 +57,11 @@ _STOP_S = 5.0
 ROW_RAW = "raw ssh -S (baseline)"
 ROW_LIB = "remoteops RemoteOps.run"
 ROW_GW = "gateway remote_exec (MCP/HTTP)"
+ROW_FLOOR = "gateway gateway_health (MCP/HTTP floor, no ssh)"
 ROW_RAW_BURST = f"raw ssh -S, {BURST} concurrent"
 ROW_LIB_BURST = f"remoteops, {BURST} concurrent"
 ROW_GW_BURST = f"gateway remote_exec, {BURST} concurrent"
-ROWS = (ROW_RAW, ROW_LIB, ROW_GW, ROW_RAW_BURST, ROW_LIB_BURST, ROW_GW_BURST)
+ROWS = (ROW_RAW, ROW_LIB, ROW_GW, ROW_FLOOR, ROW_RAW_BURST, ROW_LIB_BURST, ROW_GW_BURST)
 
 
 @dataclass
@@ -78,6 +79,10 @@ class Row:
 class Report:
     calls: int
     channels: int
+    mcp_mode: str
+    warmup: int
+    workdir: str  # removed when the run ends (the smoke test checks that)
+    protocol_version: str | None = None
     rows: list[Row] = field(default_factory=list)
     gateway_rss_idle_kb: int | None = None
     gateway_rss_after_kb: int | None = None
@@ -110,7 +115,7 @@ def _rss_kb(pid: int) -> int | None:
     return None
 
 
-# -- the raw baseline: our own master, one `ssh -S` process per call ------------------------------------------
+# -- the raw baseline: our own master, one `ssh -S` process per call ----------------------------------
 @contextmanager
 def raw_master(sshd: SshdInstance, sock: Path) -> Iterator[list[str]]:
     """Start a foreground ControlMaster; yield the argv prefix of a mux client; stop and reap it."""
@@ -130,7 +135,10 @@ def raw_master(sshd: SshdInstance, sock: Path) -> Iterator[list[str]]:
         yield [*base, "-S", str(sock), sshd.alias(TARGET), "true"]
     finally:
         subprocess.run(
-            [*base, "-S", str(sock), "-O", "exit", sshd.alias(TARGET)], capture_output=True, check=False, timeout=10
+            [*base, "-S", str(sock), "-O", "exit", sshd.alias(TARGET)],
+            capture_output=True,
+            check=False,
+            timeout=10,
         )
         if proc.poll() is None:
             proc.terminate()
@@ -177,10 +185,16 @@ async def _burst(call: Callable[[], Awaitable[None]], limit: int | None) -> tupl
     return samples, time.perf_counter() - started, failures
 
 
-# -- the benchmark ----------------------------------------------------------------------------------------------
-async def _measure(sshd: SshdInstance, work: Path, calls: int) -> Report:
+# -- the benchmark --------------------------------------------------------------------------------
+async def _measure(sshd: SshdInstance, work: Path, calls: int, warmup: int, mode: str) -> Report:
     settings = TransportSettings(ssh_config_file=sshd.ssh_config, control_dir=work / "lib")
-    report = Report(calls=calls, channels=settings.max_channels_per_target)
+    report = Report(
+        calls=calls,
+        channels=settings.max_channels_per_target,
+        mcp_mode=mode,
+        warmup=warmup,
+        workdir=str(work),
+    )
     gw_dir = work / "gw"
     gw_dir.mkdir()
     gw_config: dict[str, Any] = {
@@ -194,12 +208,18 @@ async def _measure(sshd: SshdInstance, work: Path, calls: int) -> Report:
         report.gateway_rss_idle_kb = _rss_kb(gw.proc.pid)
         http = httpx2.AsyncClient(headers=gw.headers(), timeout=httpx2.Timeout(60))
         ops = RemoteOps(settings, [TargetSpec(name=TARGET, host=sshd.alias(TARGET))])
-        async with http, Client(streamable_http_client(gw.url, http_client=http)) as client, ops:  # type: ignore[arg-type]
+        async with http, Client(streamable_http_client(gw.url, http_client=http), mode=mode) as client, ops:
+            report.protocol_version = client.protocol_version
 
             async def gw_call() -> None:
                 result = await client.call_tool("remote_exec", {"target": TARGET, "argv": ["true"]})
                 if result.is_error or (result.structured_content or {}).get("exit_code") != 0:
                     raise RuntimeError(f"remote_exec failed: {result}")
+
+            async def floor_call() -> None:
+                result = await client.call_tool("gateway_health", {})
+                if result.is_error:
+                    raise RuntimeError(f"gateway_health failed: {result}")
 
             async def lib_call() -> None:
                 result = await ops.run(TARGET, ["true"])
@@ -214,18 +234,26 @@ async def _measure(sshd: SshdInstance, work: Path, calls: int) -> Report:
                 await call()
                 return time.perf_counter() - started
 
-            for _ in range(WARMUP):
+            for _ in range(warmup):
                 _raw_once(raw_argv)
                 await lib_call()
                 await gw_call()
+                await floor_call()
             raw_s: list[float] = []
             lib_s: list[float] = []
             gw_s: list[float] = []
+            floor_s: list[float] = []
             for _ in range(calls):
                 raw_s.append(_raw_once(raw_argv))  # blocking on purpose: the cheapest way to spawn ssh
                 lib_s.append(await timed(lib_call))
                 gw_s.append(await timed(gw_call))
-            serial = [_row(ROW_RAW, raw_s), _row(ROW_LIB, lib_s), _row(ROW_GW, gw_s)]
+                floor_s.append(await timed(floor_call))
+            serial = [
+                _row(ROW_RAW, raw_s),
+                _row(ROW_LIB, lib_s),
+                _row(ROW_GW, gw_s),
+                _row(ROW_FLOOR, floor_s),
+            ]
 
             channels = settings.max_channels_per_target
             raw_b, raw_wall, raw_fail = await _burst(raw_call, channels)
@@ -249,8 +277,10 @@ async def _measure(sshd: SshdInstance, work: Path, calls: int) -> Report:
 
 def render_markdown(report: Report) -> str:
     lines = [
-        f"Exec path, {report.calls} serial calls per subject (interleaved, after {WARMUP} warm-up calls); "
-        f"bursts of {BURST} (raw bounded to {report.channels} channels like the pool).",
+        f"Exec path, {report.calls} serial calls per subject "
+        f"(interleaved, after {report.warmup} warm-up calls); "
+        f"bursts of {BURST} (raw bounded to {report.channels} channels like the pool). "
+        f"MCP client mode {report.mcp_mode}, protocol {report.protocol_version}.",
         "",
         "| subject | calls | median ms | p95 ms | ratio to raw | burst wall ms | failures |",
         "|---|---:|---:|---:|---:|---:|---:|",
@@ -259,7 +289,7 @@ def render_markdown(report: Report) -> str:
         wall = "" if row.wall_ms is None else f"{row.wall_ms:.1f}"
         lines.append(
             f"| {row.subject} | {row.calls} | {row.median_ms:.2f} | {row.p95_ms:.2f} | "
-            f"{row.ratio:.2f}× | {wall} | {row.failures} |"
+            f"{row.ratio:.2f}x | {wall} | {row.failures} |"
         )
     if report.gateway_rss_idle_kb is not None:
         after = report.gateway_rss_after_kb
@@ -272,18 +302,26 @@ def render_markdown(report: Report) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m acceptance.bench_exec", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m acceptance.bench_exec", description=__doc__.split("\n")[0]
+    )
     parser.add_argument("--calls", type=int, default=100, help="timed serial calls per subject (default 100)")
+    parser.add_argument("--warmup", type=int, default=WARMUP, help=f"untimed calls first (default {WARMUP})")
     parser.add_argument("--json", action="store_true", help="print the report as JSON instead of Markdown")
+    parser.add_argument(
+        "--mode",
+        default="legacy",
+        help="mcp.Client connect mode: legacy (handshake session, reused; default), auto or 2026-07-28",
+    )
     args = parser.parse_args(argv)
-    if args.calls < 1:
-        parser.error("--calls must be at least 1")
+    if args.calls < 1 or args.warmup < 0:
+        parser.error("--calls must be at least 1 and --warmup at least 0")
     # short: ControlPath must stay under 108 bytes
     work = Path(tempfile.mkdtemp(prefix="rogb-", dir="/tmp"))
     try:
         os.chmod(work, 0o700)
         with start_sshd() as sshd:
-            report = anyio.run(_measure, sshd, work, args.calls, backend="asyncio")
+            report = anyio.run(_measure, sshd, work, args.calls, args.warmup, args.mode, backend="asyncio")
     finally:
         shutil.rmtree(work, ignore_errors=True)
     if args.json:

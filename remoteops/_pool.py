@@ -3,7 +3,8 @@
 Modes: ``off`` (one ssh connection per call), ``auto`` (use a master; when none can be established fall back
 to a one-shot connection, counted), ``required`` (no master -> ConnectError before any remote command starts).
 Before a master is reused its child must be alive and its socket must accept a connection; a master idle
-longer than ``master_check_idle_s`` also passes ``ssh -O check``. A dead master or stale socket is removed and
+longer than ``master_check_idle_s`` also passes the mux alive check (the exchange ``ssh -O check``
+makes, done in-process: no ssh process per check). A dead master or stale socket is removed and
 a new master started (``stale_recovered``). A per-identity semaphore (``max_channels_per_target``) makes
 bursts queue instead of failing against sshd's MaxSessions.
 """

@@ -1,0 +1,67 @@
+"""Smoke test of the exec benchmark: it runs end to end, prints its rows and leaves nothing behind.
+
+Timings are not judged here (this is not a timed test); ``acceptance/bench_exec.py`` is the benchmark.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from acceptance import bench_exec
+from tests.fixtures.sshd import sshd_unavailable_reason
+
+ROOT = Path(__file__).resolve().parents[1]
+
+pytestmark = [
+    pytest.mark.sshd,
+    pytest.mark.slow,
+    pytest.mark.skipif(sshd_unavailable_reason() is not None, reason=str(sshd_unavailable_reason())),
+]
+
+
+def _run(*extra: str) -> subprocess.CompletedProcess[str]:
+    argv = [sys.executable, "-m", "acceptance.bench_exec", "--calls", "3", "--warmup", "1", *extra]
+    return subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=240, check=False)
+
+
+def _processes_mentioning(marker: str) -> list[str]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or entry.name == str(os.getpid()):
+            continue
+        try:
+            cmdline = (entry / "cmdline").read_bytes()
+        except OSError:
+            continue
+        if marker.encode() in cmdline:
+            found.append(entry.name)
+    return found
+
+
+def test_the_exec_benchmark_prints_a_table_with_every_row() -> None:
+    done = _run()
+    assert done.returncode == 0, done.stderr[-4000:]
+    assert "| subject | calls | median ms | p95 ms | ratio to raw | burst wall ms | failures |" in done.stdout
+    for row in bench_exec.ROWS:
+        assert f"| {row} |" in done.stdout, done.stdout
+    assert "Gateway RSS" in done.stdout
+
+
+def test_the_exec_benchmark_json_reports_every_row_and_cleans_up() -> None:
+    done = _run("--json")
+    assert done.returncode == 0, done.stderr[-4000:]
+    report = json.loads(done.stdout)
+    assert [row["subject"] for row in report["rows"]] == list(bench_exec.ROWS)
+    calls = {row["subject"]: row["calls"] for row in report["rows"]}
+    assert calls[bench_exec.ROW_RAW] == calls[bench_exec.ROW_GW] == 3
+    assert calls[bench_exec.ROW_GW_BURST] == bench_exec.BURST
+    assert all(row["failures"] == 0 for row in report["rows"])
+    work = report["workdir"]
+    assert not Path(work).exists()
+    assert _processes_mentioning(work) == []  # masters, gateway: all terminated and reaped
