@@ -139,6 +139,7 @@ async def serve_http(
             log_config=None,
             access_log=False,
             lifespan="on",
+            http="httptools",
             timeout_graceful_shutdown=max(1, int(server_cfg.drain_timeout_s)),
             server_header=False,
         )
