@@ -98,7 +98,8 @@ async def dispatch_call(
     arguments: dict[str, Any] = dict(params.arguments or {})
     own = rt.catalog.get(name)
     relayed = None if own is not None else await rt.relay.resolve(name)
-    if own is None and relayed is None:
+    unreachable = rt.relay.never_listed() if own is None and relayed is None else []
+    if own is None and relayed is None and not unreachable:
         # Unknown and filtered tools look the same: neither listed nor callable.
         raise MCPError(types.INVALID_PARAMS, f"Unknown tool: {name}")
     request_id = uuid.uuid4().hex[:16]
@@ -114,6 +115,15 @@ async def dispatch_call(
                 ErrorCode.VALIDATION_ERROR,
                 f"argument {too_big} exceeds {cap} bytes",
                 details={"argument": too_big, "limit_bytes": cap},
+            )
+        if unreachable:
+            # Possibly a relayed tool of an upstream never reached since start: say so, retryably.
+            raise ToolFailure(
+                ErrorCode.UPSTREAM_UNAVAILABLE,
+                f"unknown tool {name!r}: upstream(s) {', '.join(unreachable)} have not been reachable since "
+                "the gateway started, so their tools are not known yet",
+                retryable=True,
+                details={"upstreams": unreachable},
             )
         if own is not None:
             ctx = ToolContext(

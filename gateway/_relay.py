@@ -150,6 +150,12 @@ class Relay:
                 return self._views[index].routes[name]
         return None
 
+    def never_listed(self) -> list[str]:
+        """Enabled upstreams whose tool list has never been learnt (unreachable since start)."""
+        if not self._enabled:
+            return []
+        return [up.name for up in self._upstreams if up.health().tool_count is None]
+
     async def call(
         self, tool: RelayedTool, params: types.CallToolRequestParams, progress: ProgressCallback | None = None
     ) -> types.CallToolResult:

@@ -397,10 +397,13 @@ class Upstream:
         stats = self._stats
         info = self._server_info
         conn = self._conn
+        state = self._state
+        if state == "connected" and (conn is None or conn.lost.is_set()):
+            state = "reconnecting"  # known lost; the old client may still be tearing down
         return UpstreamHealth(
             name=self.name,
             transport=self.settings.transport,
-            state=self._state,
+            state=state,
             protocol_version=self._protocol_version,
             server_name=info.name if info is not None else None,
             server_version=info.version if info is not None else None,

@@ -228,6 +228,13 @@ async def test_a_gateway_started_while_the_upstream_is_down_serves_its_own_tools
             assert not listed & FAULT_TOOLS
             assert up["state"] != "connected"
             assert up["tool_count"] is None
+            # A relayed name cannot be known yet: a retryable upstream_unavailable, not "unknown tool".
+            with anyio.fail_after(30):
+                early = await client.call_tool("echo", {"text": "early"})
+            error = error_of(early)
+            assert error["code"] == "upstream_unavailable"
+            assert error["retryable"] is True
+            assert error["details"]["upstreams"] == ["fault"]
 
             await fault.start()
             with anyio.fail_after(30):
