@@ -4,8 +4,13 @@ from __future__ import annotations
 
 import base64
 import json
+import shutil
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
+import anyio
 import jsonschema
 import pytest
 
@@ -13,6 +18,17 @@ from tests.fixtures.sshd import SshdInstance
 from tests.gateway.conftest import ClientFactory
 
 SECRET = "Planted-Secret-For-Exec-0x5eed"
+
+
+@pytest.fixture
+def shared_tmp() -> Iterator[Path]:
+    """A short directory the target's plain user can write to (the target is this machine)."""
+    path = Path(tempfile.mkdtemp(prefix="rogx-", dir="/tmp"))
+    path.chmod(0o777)
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
 
 
 def _targets(sshd: SshdInstance) -> dict[str, Any]:
@@ -166,3 +182,47 @@ async def test_secrets_in_stdin_and_env_never_reach_the_audit_file_or_the_log(
     assert SECRET not in json.dumps(health.structured_content)
     captured = capfd.readouterr()
     assert SECRET not in captured.out + captured.err
+
+
+def _cmdlines_containing(needle: bytes) -> list[str]:
+    found = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            cmdline = (proc / "cmdline").read_bytes()
+        except OSError:  # the process ended while we looked
+            continue
+        if needle in cmdline:
+            found.append(cmdline.replace(b"\0", b" ").decode(errors="replace"))
+    return found
+
+
+@pytest.mark.anyio
+async def test_a_stdin_secret_is_in_no_process_argv_while_the_command_runs(
+    gateway_client: ClientFactory, sshd: SshdInstance, shared_tmp: Path
+) -> None:
+    # The target is this machine, so /proc shows both ends: the local ssh client and the remote command.
+    marker = shared_tmp / "running"
+    async with gateway_client(**_targets(sshd)) as (client, _), anyio.create_task_group() as tg:
+        results: list[Any] = []
+
+        async def run() -> None:
+            results.append(
+                await client.call_tool(
+                    "remote_exec",
+                    {
+                        "target": "plain",
+                        "argv": ["sh", "-c", f"touch {marker}; read -r line; sleep 1; echo ${{#line}}"],
+                        "stdin": SECRET + "\n",
+                    },
+                )
+            )
+
+        tg.start_soon(run)
+        with anyio.fail_after(20):
+            while not marker.exists():  # noqa: ASYNC110 - the remote command signals through a file
+                await anyio.sleep(0.02)
+        assert _cmdlines_containing(str(marker).encode()), "the scan must see the running remote command"
+        assert _cmdlines_containing(SECRET.encode()) == []
+    assert results[0].structured_content["stdout"] == f"{len(SECRET)}\n"
