@@ -28,7 +28,14 @@ from gateway._errors import ConfigError
 from gateway._server import GatewayServer
 from gateway.config import Settings
 
-__all__ = ["StaticTokenVerifier", "build_http_app", "ensure_token", "is_loopback_host", "public_url"]
+__all__ = [
+    "StaticTokenVerifier",
+    "build_http_app",
+    "check_auth_choice",
+    "ensure_token",
+    "is_loopback_host",
+    "public_url",
+]
 
 _LOOPBACK_HOSTS = ("127.0.0.1:*", "localhost:*", "[::1]:*")
 _LOOPBACK_ORIGINS = ("http://127.0.0.1:*", "http://localhost:*", "http://[::1]:*")
@@ -84,6 +91,14 @@ class StaticTokenVerifier(TokenVerifier):
         return None
 
 
+def check_auth_choice(settings: Settings, token: str | None) -> None:
+    """Serving without a token needs both the explicit flag and a loopback bind."""
+    if token is None and not (settings.auth.allow_no_auth and is_loopback_host(settings.server.host)):
+        raise ConfigError(
+            "turning auth off needs auth.allow_no_auth = true and a loopback bind", key="auth.mode"
+        )
+
+
 def _security(settings: Settings) -> TransportSecuritySettings:
     server = settings.server
     return TransportSecuritySettings(
@@ -95,10 +110,7 @@ def _security(settings: Settings) -> TransportSecuritySettings:
 
 def build_http_app(server: GatewayServer, settings: Settings, *, token: str | None, port: int) -> Starlette:
     """The Starlette app. ``token=None`` means auth is off (validated by the caller: explicit + loopback)."""
-    if token is None and not (settings.auth.allow_no_auth and is_loopback_host(settings.server.host)):
-        raise ConfigError(
-            "turning auth off needs auth.allow_no_auth = true and a loopback bind", key="auth.mode"
-        )
+    check_auth_choice(settings, token)
 
     async def healthz(_: Request) -> JSONResponse:
         return JSONResponse({"status": "ok"})

@@ -22,8 +22,7 @@ import uvicorn
 from mcp.server.stdio import stdio_server
 
 from gateway._catalog import AnySpec
-from gateway._errors import ConfigError
-from gateway._http import build_http_app, is_loopback_host, public_url
+from gateway._http import build_http_app, check_auth_choice, public_url
 from gateway._redact import Redactor
 from gateway._runtime import Runtime
 from gateway._sdnotify import Notifier
@@ -124,10 +123,7 @@ async def serve_http(
     show_token: bool = False,
 ) -> None:
     server_cfg = settings.server
-    if token is None and not (settings.auth.allow_no_auth and is_loopback_host(server_cfg.host)):
-        raise ConfigError(
-            "auth.mode = 'none' needs auth.allow_no_auth = true and a loopback bind", key="auth.mode"
-        )
+    check_auth_choice(settings, token)
     sock = _bind(server_cfg.host, server_cfg.port)
     port = sock.getsockname()[1]
     url = public_url(settings, port)
