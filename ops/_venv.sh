@@ -6,7 +6,19 @@ ensure_venv() {
     || { echo "remoteops-gateway needs Python >= 3.11 ($py is $("$py" -V 2>&1))" >&2; return 2; }
   export PIP_CACHE_DIR="$PWD/.cache/pip" PIP_DISABLE_PIP_VERSION_CHECK=1
   local stamp=".venv/.installed-$(printf '%s' "$spec" | tr -c 'a-z' '_')-$(sha256sum pyproject.toml | cut -c1-16)"
-  [ -x .venv/bin/python ] || "$py" -m venv .venv
+  if [ ! -x .venv/bin/python ]; then
+    if ! "$py" -m venv .venv >/dev/null 2>&1; then
+      rm -rf .venv
+      # Debian/Ubuntu ship venv separately (python3-venv); install it when we can, else say what is missing.
+      if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+        apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-venv >/dev/null
+        "$py" -m venv .venv
+      else
+        echo "cannot create a virtualenv with $py: install python3-venv (apt-get install python3-venv)" >&2
+        return 2
+      fi
+    fi
+  fi
   if [ ! -f "$stamp" ]; then
     echo "installing $spec into .venv (once)..." >&2
     .venv/bin/python -m pip install -q --upgrade pip
