@@ -21,7 +21,7 @@ from pydantic import BaseModel, ValidationError
 from gateway._context import ToolContext
 from gateway._errmap import translate
 from gateway._errors import ErrorCode, ToolFailure
-from upstream import ProgressCallback, UpstreamRejected
+from upstream import ElicitCallback, ProgressCallback, UpstreamRejected
 
 if TYPE_CHECKING:
     from gateway._runtime import Runtime
@@ -93,7 +93,9 @@ async def dispatch_call(
     *,
     principal: str,
     report_progress: ProgressFn | None = None,
+    elicit: ElicitCallback | None = None,
 ) -> types.CallToolResult:
+    """``elicit`` reaches the calling client for a relayed tool's elicitation (own tools do not elicit)."""
     name = params.name
     arguments: dict[str, Any] = dict(params.arguments or {})
     own = rt.catalog.get(name)
@@ -138,7 +140,7 @@ async def dispatch_call(
         else:
             assert relayed is not None  # noqa: S101 - narrowed above
             try:
-                result = await rt.relay.call(relayed, params, progress=report_progress)
+                result = await rt.relay.call(relayed, params, progress=report_progress, elicit=elicit)
             except UpstreamRejected as exc:  # the upstream's JSON-RPC error reaches the client unchanged
                 raise MCPError(exc.code, exc.message, exc.data) from exc
             outcome = "tool_error" if result.is_error else "ok"

@@ -17,7 +17,7 @@ from typing import Any, Self
 import mcp_types as types
 
 from gateway.config import UpstreamEntry
-from upstream import ProgressCallback, Upstream, UpstreamError
+from upstream import ElicitCallback, ProgressCallback, Upstream, UpstreamError
 
 __all__ = ["Relay", "RelayedTool"]
 
@@ -157,13 +157,20 @@ class Relay:
         return [up.name for up in self._upstreams if up.health().tool_count is None]
 
     async def call(
-        self, tool: RelayedTool, params: types.CallToolRequestParams, progress: ProgressCallback | None = None
+        self,
+        tool: RelayedTool,
+        params: types.CallToolRequestParams,
+        progress: ProgressCallback | None = None,
+        elicit: ElicitCallback | None = None,
     ) -> types.CallToolResult:
         """Relay one call; arguments and result untouched. The caller's progress token is not
-        forwarded (the upstream leg has its own); progress is relayed through ``progress``."""
+        forwarded (the upstream leg has its own); progress is relayed through ``progress``, and the
+        upstream's elicitation through ``elicit`` where it can be attributed to this call."""
         up = self._upstreams[tool.upstream_index]
         meta = {k: v for k, v in (params.meta or {}).items() if k != "progress_token"} or None
-        return await up.call_tool(tool.original_name, params.arguments, meta=meta, progress=progress)
+        return await up.call_tool(
+            tool.original_name, params.arguments, meta=meta, progress=progress, elicit=elicit
+        )
 
     def tool_count(self) -> int:
         return sum(len(view.tools) for view in self._views)

@@ -20,9 +20,12 @@ from mcp.server.context import ServerRequestContext
 from mcp.server.lowlevel.server import NotificationOptions, Server
 from mcp.server.models import InitializationOptions
 from mcp.server.session import ServerSession
+from mcp.shared.exceptions import MCPError
+from mcp.shared.message import ServerMessageMetadata
 
 from gateway._dispatch import dispatch_call
 from gateway._runtime import Runtime
+from upstream import ElicitCallback
 
 __all__ = ["GatewayServer", "build_server"]
 
@@ -55,6 +58,36 @@ class GatewayServer(Server[Runtime]):
         )
 
 
+def _elicit_via(ctx: ServerRequestContext[Runtime]) -> ElicitCallback | None:
+    """Forward an upstream's elicitation to the calling client on this call's own stream, or None
+    when it cannot be asked: no elicitation capability declared, or no back-channel (the stateless
+    2026-07-28 era, stateless or JSON-response HTTP)."""
+    session, request_id = ctx.session, ctx.request_id
+    wanted = types.ClientCapabilities(elicitation=types.ElicitationCapability())
+    if request_id is None or not session.can_send_request or not session.check_client_capability(wanted):
+        return None
+    declared = session.client_capabilities
+    declared_url = (
+        declared is not None and declared.elicitation is not None and declared.elicitation.url is not None
+    )
+
+    async def elicit(params: types.ElicitRequestParams) -> types.ElicitResult | types.ErrorData:
+        if isinstance(params, types.ElicitRequestURLParams) and not declared_url:
+            return types.ErrorData(
+                code=types.INVALID_REQUEST, message="the calling client cannot answer URL-mode elicitation"
+            )
+        try:  # params pass through unchanged; related_request_id keeps it on the call's stream
+            return await session.send_request(
+                types.ElicitRequest(params=params),
+                types.ElicitResult,
+                metadata=ServerMessageMetadata(related_request_id=request_id),
+            )
+        except MCPError as exc:  # the client's refusal (or no back-channel after all) goes back as is
+            return exc.error
+
+    return elicit
+
+
 def build_server(rt: Runtime, *, stdio_principal: str | None = None) -> GatewayServer:
     # Clients to tell about tools/list_changed. In SDK 2.3 ``ctx.session`` is built per request
     # (``ServerRunner._make_context``), so a weak set of sessions empties as each request ends; the
@@ -85,7 +118,9 @@ def build_server(rt: Runtime, *, stdio_principal: str | None = None) -> GatewayS
         async def progress(progress: float, total: float | None, message: str | None) -> None:
             await session.report_progress(progress, total, message)
 
-        return await dispatch_call(rt, params, principal=principal(), report_progress=progress)
+        return await dispatch_call(
+            rt, params, principal=principal(), report_progress=progress, elicit=_elicit_via(ctx)
+        )
 
     async def tools_changed() -> None:
         for connection in list(connections):

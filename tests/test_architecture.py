@@ -47,6 +47,7 @@ PUBLIC = {
     "gateway": {"main"},
     "upstream": {
         "Backoff",
+        "ElicitCallback",
         "ProgressCallback",
         "ToolsChangedCallback",
         "Upstream",

@@ -5,6 +5,7 @@ Knows nothing of `gateway` or `remoteops`. The exception tree is drawn in `upstr
 """
 
 from upstream._backoff import Backoff
+from upstream._elicit import ElicitCallback
 from upstream._errors import (
     UpstreamAmbiguous,
     UpstreamCallTimeout,
@@ -21,6 +22,7 @@ from upstream._upstream import ProgressCallback, ToolsChangedCallback, Upstream
 
 __all__ = [
     "Backoff",
+    "ElicitCallback",
     "ProgressCallback",
     "ToolsChangedCallback",
     "Upstream",

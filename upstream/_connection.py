@@ -11,6 +11,8 @@ import mcp_types as types
 from mcp import Client
 from mcp.client.session import ClientSession, IncomingMessage
 
+from upstream._elicit import ElicitRouter
+
 __all__ = ["DRAIN_S", "Connection"]
 
 DRAIN_S: Final = 2.0
@@ -24,6 +26,7 @@ class Connection:
     """One connection generation. `lost` is set once, by whoever first learns it is gone."""
 
     tag: str
+    router: ElicitRouter
     lost: anyio.Event = field(default_factory=anyio.Event)
     lost_reason: str | None = None
     list_changed: anyio.Event = field(default_factory=anyio.Event)

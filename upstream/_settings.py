@@ -42,6 +42,9 @@ class UpstreamSettings(BaseModel):
     """How long a caller waits for a working connection during an outage before UpstreamUnavailable."""
     call_timeout_s: float = Field(default=600.0, gt=0)
     """Ceiling on one relayed tools/call; past it the call is cancelled and reported as ambiguous."""
+    elicitation_timeout_s: float = Field(default=300.0, gt=0)
+    """How long an upstream's elicitation waits for the calling client's answer (never beyond the
+    call's own ceiling) before the upstream is told that no answer came."""
     list_timeout_s: float = Field(default=30.0, gt=0)
     """Bound on a tools/list refresh after notifications/tools/list_changed."""
 

@@ -25,7 +25,7 @@ import anyio
 import httpx2
 import mcp_types as types
 from mcp import Client
-from mcp.client.session import MessageHandlerFnT
+from mcp.client.session import ElicitationFnT, MessageHandlerFnT
 from mcp.client.stdio import StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.message import SessionMessage
@@ -150,9 +150,12 @@ async def open_client(
     tag: str,
     on_lost: LostFn,
     message_handler: MessageHandlerFnT,
+    elicitation_callback: ElicitationFnT | None = None,
 ) -> AsyncIterator[Client]:
     """Connect to the upstream and complete the handshake; the yielded `Client` is ready for requests.
 
+    `elicitation_callback`, when given, declares the elicitation capability and answers the
+    upstream's elicitation/create requests.
     Raises whatever the spawn, connect or handshake raised (the supervisor records it and retries).
     """
     if settings.transport == "http":
@@ -174,6 +177,7 @@ async def open_client(
                 mode=settings.mode,
                 cache=None,
                 message_handler=message_handler,
+                elicitation_callback=elicitation_callback,
                 client_info=_CLIENT_INFO,
             ) as client:
                 yield client
@@ -190,6 +194,7 @@ async def open_client(
             mode=settings.mode,
             cache=None,
             message_handler=message_handler,
+            elicitation_callback=elicitation_callback,
             client_info=_CLIENT_INFO,
         ) as client:
             yield client

@@ -5,10 +5,8 @@ failure never propagates into the caller's task group. Only the supervisor conne
 most one connection attempt is ever in flight, however many callers wait. Callers share the
 published connection and report what they learn about it (`Connection.mark_lost`).
 
-Not relayed: server-to-client requests (elicitation, sampling, roots). The SDK takes one
-elicitation callback per `Client`, and a request arriving on it carries no reliable link to the
-tools/call that caused it (only HTTP's per-POST stream context would give one), so no per-call
-elicitation relay is offered; the upstream is told, by omission, that this client cannot elicit.
+Elicitation is relayed per call (`call_tool(elicit=...)`), but only where the question can be
+attributed without guessing: see `upstream._elicit`. Sampling and roots are not relayed.
 """
 
 from __future__ import annotations
@@ -30,6 +28,7 @@ from pydantic import ValidationError
 from upstream._backoff import Backoff
 from upstream._calls import Outcome, call_params, classify, list_all_tools
 from upstream._connection import DRAIN_S, Connection
+from upstream._elicit import ElicitCallback, ElicitRouter
 from upstream._errors import (
     UpstreamAmbiguous,
     UpstreamCallTimeout,
@@ -170,7 +169,8 @@ class Upstream:
 
     async def _attempt(self) -> Connection:
         """One connection attempt; returns when it failed or, once verified, when it is lost."""
-        conn = Connection(tag=uuid.uuid4().hex)
+        router = ElicitRouter(upstream=self.name, timeout_s=self.settings.elicitation_timeout_s)
+        conn = Connection(tag=uuid.uuid4().hex, router=router)
         stats = self._stats
         stats.connect_attempts += 1
         self._state = "starting" if stats.connect_successes == 0 else "reconnecting"
@@ -181,7 +181,11 @@ class Upstream:
         try:
             with anyio.CancelScope(deadline=anyio.current_time() + self.settings.connect_timeout_s) as scope:
                 async with open_client(
-                    self.settings, tag=conn.tag, on_lost=conn.mark_lost, message_handler=conn.handle_message
+                    self.settings,
+                    tag=conn.tag,
+                    on_lost=conn.mark_lost,
+                    message_handler=conn.handle_message,
+                    elicitation_callback=router,
                 ) as client:
                     tools = await list_all_tools(client.session)
                     scope.deadline = math.inf
@@ -307,8 +311,12 @@ class Upstream:
         *,
         meta: Mapping[str, Any] | None = None,
         progress: ProgressCallback | None = None,
+        elicit: ElicitCallback | None = None,
     ) -> types.CallToolResult:
         """Relay one tools/call and return the upstream's result unchanged (isError included).
+
+        `elicit` answers the upstream's elicitation requests for this call, when they can be
+        attributed to it (`upstream._elicit`); without it the upstream is told the caller cannot.
 
         Raises UpstreamUnavailable (nothing sent), UpstreamAmbiguous (may have run; not replayed),
         UpstreamRejected (JSON-RPC error from the upstream), UpstreamProtocolError, UpstreamClosed.
@@ -323,12 +331,16 @@ class Upstream:
             sent_at = anyio.current_time()
             result: types.CallToolResult | None = None
             conn.call_started()
+            routed = conn.router.enter(elicit, deadline=sent_at + self.settings.call_timeout_s)
+            answered = False  # stays False if cancelled or timed out: the upstream may still run it
             try:
                 with anyio.move_on_after(self.settings.call_timeout_s):
                     result = await session.send_request(
                         request, types.CallToolResult, progress_callback=progress
                     )
+                answered = result is not None
             except MCPError as exc:
+                answered = True
                 outcome, error_class = classify(exc, tag=conn.tag, connection_lost=conn.lost.is_set())
                 if outcome is Outcome.REJECTED:
                     raise UpstreamRejected(
@@ -357,12 +369,14 @@ class Upstream:
                 conn.mark_lost(error_class)
                 raise self._ambiguous(name, sent_at, error_class) from exc
             except ValidationError as exc:
+                answered = True
                 raise UpstreamProtocolError(
                     f"upstream {self.name!r} sent an invalid tools/call result",
                     upstream=self.name,
                     method="tools/call",
                 ) from exc
             finally:
+                conn.router.leave(routed, answered=answered)
                 conn.call_ended()
             if result is None:
                 self._stats.ambiguous_losses += 1

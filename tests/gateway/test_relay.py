@@ -37,7 +37,7 @@ from tests.upstream.conftest import FAST_BACKOFF, FAULT_SERVER, FaultServer, fre
 pytestmark = pytest.mark.anyio
 
 SECRET = "Relay-Planted-Secret-0x7e1a9c"
-FAULT_TOOLS = {"echo", "count", "slow", "die", "progress", "reject", "failing", "mismatch", "add_tool"}
+FAULT_TOOLS = {"echo", "count", "slow", "die", "progress", "reject", "failing", "mismatch", "add_tool", "ask"}
 
 
 # ----------------------------------------------------------------------------------------- helpers
