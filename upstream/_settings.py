@@ -47,6 +47,11 @@ class UpstreamSettings(BaseModel):
     call's own ceiling) before the upstream is told that no answer came."""
     list_timeout_s: float = Field(default=30.0, gt=0)
     """Bound on a tools/list refresh after notifications/tools/list_changed."""
+    keepalive_interval_s: float = Field(default=30.0, ge=0)
+    """While idle, ping the upstream this often (0 = never): a wedged or silently dropped upstream is
+    noticed and reconnected before the next caller needs it."""
+    keepalive_timeout_s: float = Field(default=10.0, gt=0)
+    """A ping not answered within this bound marks the connection lost (no call was in flight)."""
 
     backoff_initial_s: float = Field(default=0.5, gt=0)
     backoff_max_s: float = Field(default=30.0, gt=0)

@@ -39,6 +39,7 @@ from upstream._errors import (
     UpstreamUnavailable,
 )
 from upstream._health import Stats, UpstreamHealth, UpstreamState, utc_now_iso
+from upstream._keepalive import keepalive
 from upstream._settings import UpstreamSettings
 from upstream._transport import LOCAL_MARK, open_client
 
@@ -206,10 +207,18 @@ class Upstream:
                     self._signal()
                     async with anyio.create_task_group() as conn_tg:
                         conn_tg.start_soon(self._refresh_tools, conn, changed)
+                        conn_tg.start_soon(keepalive, conn, self.settings, self._protocol_version)
                         await conn.lost.wait()
                         conn_tg.cancel_scope.cancel()
+                    if conn.lost_reason not in (None, "closed", "session-not-found"):
+                        stats.record_error(conn.lost_reason)
+                    self._state = "reconnecting"
+                    self._signal()
                     with anyio.move_on_after(DRAIN_S):
                         await conn.drained()
+                    # Closing the client talks to the upstream (e.g. an HTTP session DELETE); a wedged
+                    # upstream must not hold the supervisor: bound the teardown like a connect.
+                    scope.deadline = anyio.current_time() + self.settings.connect_timeout_s
             if scope.cancelled_caught and conn.client is None:
                 stats.record_error("ConnectTimeout")
         except Exception as exc:  # boundary: any upstream failure ends this attempt, never the gateway
@@ -226,8 +235,6 @@ class Upstream:
             if self._conn is conn:
                 self._conn = None
                 self._ready = anyio.Event()
-        if conn.lost_reason not in (None, "closed", "session-not-found") and conn.client is not None:
-            stats.record_error(conn.lost_reason)
         self._signal()
         return conn
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import socket
 from pathlib import Path
 
@@ -154,3 +155,37 @@ async def test_a_hung_handshake_is_abandoned_at_connect_timeout_and_recorded() -
                 health = await up.wait_for(lambda h: h.connect_attempts >= 2 and h.state == "down")
     assert health.last_error_class == "ConnectTimeout"
     assert health.connect_successes == 0
+
+
+async def test_a_wedged_idle_upstream_is_noticed_by_keepalive_and_reconnected_when_it_recovers(
+    fault_http: FaultServer,
+) -> None:
+    assert fault_http.proc is not None
+    pid = fault_http.proc.pid
+    settings = fault_http.settings(keepalive_interval_s=0.2, keepalive_timeout_s=0.5, connect_timeout_s=2)
+    async with Upstream(settings) as up:
+        try:
+            with anyio.fail_after(20):
+                await up.wait_for(lambda h: h.state == "connected")
+                os.kill(pid, signal.SIGSTOP)  # TCP still accepted by the kernel, nothing answers: wedged
+                health = await up.wait_for(lambda h: h.state != "connected")
+                assert up.health().last_error_class == "KeepaliveTimeout"
+        finally:
+            os.kill(pid, signal.SIGCONT)
+        with anyio.fail_after(30):
+            health = await up.wait_for(lambda h: h.state == "connected" and h.connect_successes >= 2)
+            result = await up.call_tool("echo", {"text": "awake"})
+        assert result.structured_content == {"text": "awake"}
+        assert health.ambiguous_losses == 0  # nothing was in flight: nothing is ambiguous
+
+
+async def test_keepalive_stays_quiet_on_a_healthy_idle_upstream(fault_http: FaultServer) -> None:
+    settings = fault_http.settings(keepalive_interval_s=0.05, keepalive_timeout_s=2)
+    async with Upstream(settings) as up:
+        with anyio.fail_after(20):
+            await up.wait_for(lambda h: h.state == "connected")
+        with anyio.move_on_after(1.0):  # ~20 pings go by
+            await up.wait_for(lambda h: h.state != "connected")
+        health = up.health()
+        assert health.state == "connected"
+        assert health.connect_attempts == 1
