@@ -150,3 +150,20 @@ def test_sd_notify_ready_watchdog_stopping_and_a_clean_exit(tmp_path: Path) -> N
     finally:
         sock.close()
         Path(path).unlink(missing_ok=True)
+
+
+def test_auth_off_is_refused_on_a_non_loopback_bind_even_with_the_flag(tmp_path: Path) -> None:
+    config = {"server": {"host": "0.0.0.0"}, "auth": {"mode": "none", "allow_no_auth": True}}  # noqa: S104
+    with pytest.raises(RuntimeError, match="loopback"), run_gateway(tmp_path, config):
+        pass
+
+
+def test_explicit_host_and_origin_allow_lists_replace_the_loopback_defaults(tmp_path: Path) -> None:
+    config = {
+        "server": {"allowed_hosts": ["gw.example.net:443"], "allowed_origins": ["https://gw.example.net"]},
+    }
+    with run_gateway(tmp_path, config) as gw:
+        proxied = {"Host": "gw.example.net:443", "Origin": "https://gw.example.net"}
+        assert _post(gw, json=INIT, headers=proxied).status_code == 200
+        assert _post(gw, json=INIT, headers={**proxied, "Origin": "http://127.0.0.1:1"}).status_code == 403
+        assert _post(gw, json=INIT).status_code == 421  # the loopback default is gone, not added to
