@@ -21,7 +21,7 @@ from gateway._errors import ConfigError
 if TYPE_CHECKING:
     from gateway._context import ToolContext
 
-__all__ = ["OWN_TOOLSETS", "Catalog", "ToolSpec", "Toolset", "build_catalog"]
+__all__ = ["OWN_TOOLSETS", "AnySpec", "Catalog", "ToolSpec", "Toolset", "build_catalog"]
 
 
 class Toolset(StrEnum):

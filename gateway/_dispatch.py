@@ -18,6 +18,7 @@ import structlog
 from mcp import MCPError
 from pydantic import BaseModel, ValidationError
 
+from gateway._catalog import AnySpec
 from gateway._context import ToolContext
 from gateway._errmap import translate
 from gateway._errors import ErrorCode, ToolFailure
@@ -69,16 +70,12 @@ def _validation_details(exc: ValidationError) -> dict[str, Any]:
     }
 
 
-async def _run_own(
-    rt: Runtime, ctx: ToolContext, name: str, arguments: dict[str, Any]
-) -> types.CallToolResult:
-    spec = rt.catalog.get(name)
-    assert spec is not None  # noqa: S101 - checked by the caller
+async def _run_own(spec: AnySpec, ctx: ToolContext, arguments: dict[str, Any]) -> types.CallToolResult:
     try:
         args = spec.input_model.model_validate(arguments)
     except ValidationError as exc:
         raise ToolFailure(
-            ErrorCode.VALIDATION_ERROR, f"invalid arguments for {name}", details=_validation_details(exc)
+            ErrorCode.VALIDATION_ERROR, f"invalid arguments for {spec.name}", details=_validation_details(exc)
         ) from None
     output: BaseModel = await spec.handler(ctx, args)
     return types.CallToolResult(
@@ -118,7 +115,19 @@ async def dispatch_call(
                 f"argument {too_big} exceeds {cap} bytes",
                 details={"argument": too_big, "limit_bytes": cap},
             )
-        if unreachable:
+        if own is not None:
+            ctx = ToolContext(runtime=rt, request_id=request_id, principal=principal)
+            if report_progress is not None:
+                ctx = dataclasses.replace(ctx, report_progress=report_progress)
+            result = await _run_own(own, ctx, arguments)
+            outcome = "ok"
+        elif relayed is not None:
+            try:
+                result = await rt.relay.call(relayed, params, progress=report_progress, elicit=elicit)
+            except UpstreamRejected as exc:  # the upstream's JSON-RPC error reaches the client unchanged
+                raise MCPError(exc.code, exc.message, exc.data) from exc
+            outcome = "tool_error" if result.is_error else "ok"
+        else:
             # Possibly a relayed tool of an upstream never reached since start: say so, retryably.
             raise ToolFailure(
                 ErrorCode.UPSTREAM_UNAVAILABLE,
@@ -127,23 +136,6 @@ async def dispatch_call(
                 retryable=True,
                 details={"upstreams": unreachable},
             )
-        if own is not None:
-            ctx = ToolContext(
-                runtime=rt,
-                request_id=request_id,
-                principal=principal,
-            )
-            if report_progress is not None:
-                ctx = dataclasses.replace(ctx, report_progress=report_progress)
-            result = await _run_own(rt, ctx, name, arguments)
-            outcome = "ok"
-        else:
-            assert relayed is not None  # noqa: S101 - narrowed above
-            try:
-                result = await rt.relay.call(relayed, params, progress=report_progress, elicit=elicit)
-            except UpstreamRejected as exc:  # the upstream's JSON-RPC error reaches the client unchanged
-                raise MCPError(exc.code, exc.message, exc.data) from exc
-            outcome = "tool_error" if result.is_error else "ok"
         return result
     except MCPError:
         outcome, code = "upstream_rejected", None

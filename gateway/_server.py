@@ -12,6 +12,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
+import anyio
 import mcp_types as types
 import structlog
 from mcp.server.auth.middleware.auth_context import get_access_token
@@ -30,6 +31,7 @@ from upstream import ElicitCallback
 __all__ = ["GatewayServer", "build_server"]
 
 _log = structlog.get_logger("gateway.server")
+_NOTIFY_TIMEOUT_S = 5.0
 
 
 class GatewayServer(Server[Runtime]):
@@ -125,7 +127,8 @@ def build_server(rt: Runtime, *, stdio_principal: str | None = None) -> GatewayS
     async def tools_changed() -> None:
         for connection in list(connections):
             try:
-                await connection.outbound.notify("notifications/tools/list_changed", None)
+                with anyio.fail_after(_NOTIFY_TIMEOUT_S):  # a stuck client must not hold up the others
+                    await connection.outbound.notify("notifications/tools/list_changed", None)
             except Exception as exc:  # a closed client must not stop the others from hearing it
                 _log.debug("list_changed_not_delivered", error=type(exc).__name__)
 
