@@ -44,6 +44,7 @@ from mcp.client.streamable_http import streamable_http_client
 
 from remoteops import RemoteOps, TargetSpec, TransportSettings
 from tests.fixtures.gateway_proc import run_gateway
+from tests.fixtures.procs import stop_process
 from tests.fixtures.sshd import SshdInstance, start_sshd
 
 __all__ = ["main"]
@@ -140,13 +141,7 @@ def raw_master(sshd: SshdInstance, sock: Path) -> Iterator[list[str]]:
             check=False,
             timeout=10,
         )
-        if proc.poll() is None:
-            proc.terminate()
-        try:
-            proc.wait(_STOP_S)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(_STOP_S)
+        stop_process(proc, _STOP_S)
 
 
 def _raw_once(argv: list[str]) -> float:

@@ -43,7 +43,6 @@ import subprocess
 import sys
 import tempfile
 import time
-import uuid
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import AsyncExitStack, ExitStack, contextmanager, suppress
 from dataclasses import dataclass, field
@@ -54,10 +53,12 @@ import anyio
 import httpx2
 import mcp_types as types
 from mcp import Client
-from mcp.client.stdio import StdioServerParameters, stdio_client
+from mcp.client.stdio import stdio_client
 from mcp.client.streamable_http import streamable_http_client
 
 from tests.fixtures.gateway_proc import run_gateway
+from tests.fixtures.libtmux import LIBTMUX_MCP, http_argv, http_url, libtmux_env, stdio_params, tmux_socket
+from tests.fixtures.procs import free_port, stop_process
 
 __all__ = ["main"]
 
@@ -65,7 +66,6 @@ TOOL = "list_sessions"
 WARMUP = 10
 _READY_S = 30.0
 _STOP_S = 5.0
-BIN = Path(sys.executable).parent
 
 ROW_DIRECT = "direct HTTP (baseline)"
 ROW_DIRECT_STDIO = "direct stdio (reference)"
@@ -135,13 +135,7 @@ def _reap_orphans() -> None:
 
 def _stop_tree(proc: subprocess.Popen[bytes], descendants: set[int]) -> None:
     """SIGTERM → bounded wait → SIGKILL → reap, then the same for what the process left behind."""
-    if proc.poll() is None:
-        proc.terminate()
-        try:
-            proc.wait(timeout=_STOP_S)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-    proc.wait(timeout=_STOP_S)
+    stop_process(proc, _STOP_S)
     deadline = time.monotonic() + _STOP_S
     while any(_alive(pid) for pid in descendants) and time.monotonic() < deadline:
         _reap_orphans()
@@ -176,13 +170,6 @@ def _watch_tree(proc: subprocess.Popen[bytes]) -> Iterator[None]:
         _stop_tree(proc, seen)
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
 def _wait_port(port: int, proc: subprocess.Popen[bytes], log: Path) -> None:
     deadline = time.monotonic() + _READY_S
     while True:
@@ -199,31 +186,9 @@ def _wait_port(port: int, proc: subprocess.Popen[bytes], log: Path) -> None:
             time.sleep(0.05)
 
 
-@contextmanager
-def _tmux_server(name: str) -> Iterator[None]:
-    """A tmux server on its own socket with one session, so ``list_sessions`` returns something real."""
-    subprocess.run(
-        ["tmux", "-L", name, "new-session", "-d", "-s", "bench", "-x", "80", "-y", "24"],
-        check=True,
-        timeout=10,
-        stdin=subprocess.DEVNULL,
-        capture_output=True,
-    )
-    try:
-        yield
-    finally:
-        subprocess.run(["tmux", "-L", name, "kill-server"], capture_output=True, check=False, timeout=10)
-        tmpdir = Path(os.environ.get("TMUX_TMPDIR", "/tmp")) / f"tmux-{os.getuid()}"
-        (tmpdir / name).unlink(missing_ok=True)
-
-
-def _libtmux_env(sock: str) -> dict[str, str]:
-    return {"LIBTMUX_SOCKET": sock, "FASTMCP_SHOW_SERVER_BANNER": "false"}
-
-
 def _libtmux_stdio_argv(sock: str) -> list[str]:
     # `env` keeps the socket choice inside the argv (an upstream's stdio env is a TOML table otherwise).
-    return ["/usr/bin/env", *(f"{k}={v}" for k, v in _libtmux_env(sock).items()), str(BIN / "libtmux-mcp")]
+    return ["/usr/bin/env", *(f"{k}={v}" for k, v in libtmux_env(sock).items()), str(LIBTMUX_MCP)]
 
 
 # --------------------------------------------------------------------------------------- measuring
@@ -267,7 +232,7 @@ def _http_opener(url: str, headers: dict[str, str]) -> Callable[[AsyncExitStack]
 
 def _stdio_opener(sock: str, log: Path) -> Callable[[AsyncExitStack], Awaitable[Client]]:
     async def open_(stack: AsyncExitStack) -> Client:
-        params = StdioServerParameters(command=str(BIN / "libtmux-mcp"), env=_libtmux_env(sock))
+        params = stdio_params(sock)
         errlog = stack.enter_context(log.open("w", encoding="utf-8"))
         transport = stdio_client(params, errlog=errlog)
         client: Client = await stack.enter_async_context(Client(transport, mode="legacy"))  # type: ignore[arg-type]
@@ -361,8 +326,6 @@ def _table(rows: list[Row]) -> str:
 
 
 def run(calls: int, warmup: int, with_peer: bool) -> dict[str, Any]:
-    import libtmux_mcp
-
     if shutil.which("tmux") is None:
         raise SystemExit("tmux is not installed")
     mcp_proxy: Path | None = None
@@ -371,20 +334,18 @@ def run(calls: int, warmup: int, with_peer: bool) -> dict[str, Any]:
 
         mcp_proxy = ensure_mcp_proxy()
     subreaper = _set_subreaper()
-    sock = f"bench-relay-{uuid.uuid4().hex[:10]}"
-    server_py = Path(libtmux_mcp.__file__).parent / "server.py"
     env = {k: v for k, v in os.environ.items() if not k.startswith(("LIBTMUX_", "REMOTEOPS_GATEWAY"))}
     work = Path(tempfile.mkdtemp(prefix="bench-relay-"))
     try:
         with ExitStack() as stack:
-            stack.enter_context(_tmux_server(sock))
-            up_port = _free_port()
+            # A tmux server on its own socket with one session, so ``list_sessions`` returns something real.
+            sock = stack.enter_context(tmux_socket("bench-relay", session="bench"))
+            up_port = free_port()
             up_log = work / "libtmux-http.log"
-            up_argv = [str(BIN / "fastmcp"), "run", f"{server_py}:build_mcp_server", "--transport", "http"]
-            up_argv += ["--host", "127.0.0.1", "--port", str(up_port), "--no-banner"]
-            up = stack.enter_context(_process(up_argv, env={**env, **_libtmux_env(sock)}, log=up_log))
+            up_env = {**env, **libtmux_env(sock)}
+            up = stack.enter_context(_process(http_argv(up_port), env=up_env, log=up_log))
             _wait_port(up_port, up, up_log)
-            up_url = f"http://127.0.0.1:{up_port}/mcp"
+            up_url = http_url(up_port)
 
             subjects = [Subject(ROW_DIRECT, _http_opener(up_url, {}), "libtmux-mcp via fastmcp run, HTTP")]
             subjects.append(
@@ -415,13 +376,13 @@ def run(calls: int, warmup: int, with_peer: bool) -> dict[str, Any]:
                 )
 
                 assert mcp_proxy is not None
-                peer_port = _free_port()
+                peer_port = free_port()
                 peer_log = work / "mcp-proxy.log"
                 peer_argv = [str(mcp_proxy), "--host", "127.0.0.1", "--port", str(peer_port)]
                 peer_argv += ["--log-level", "WARNING"]
-                for key, value in _libtmux_env(sock).items():
+                for key, value in libtmux_env(sock).items():
                     peer_argv += ["-e", key, value]
-                peer_argv += ["--", str(BIN / "libtmux-mcp")]
+                peer_argv += ["--", str(LIBTMUX_MCP)]
                 peer = stack.enter_context(_process(peer_argv, env=env, log=peer_log))
                 _wait_port(peer_port, peer, peer_log)
                 peer_url = f"http://127.0.0.1:{peer_port}/mcp"

@@ -1,12 +1,14 @@
-"""Shared pytest configuration: asyncio is the only backend (asyncssh and uvicorn need it), and the real
-OpenSSH sshd (tests/fixtures/sshd.py) shared by the remoteops, gateway and privilege tests."""
+"""Shared pytest configuration: asyncio is the only backend (asyncssh and uvicorn need it), the real
+OpenSSH sshd (tests/fixtures/sshd.py) shared by the remoteops, gateway and privilege tests, and libtmux-mcp on
+a private tmux server (tests/fixtures/libtmux.py) for the upstream and gateway relay tests."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 
 import pytest
 
+from tests.fixtures import libtmux
 from tests.fixtures.sshd import SshdInstance, sshd_unavailable_reason, start_sshd
 
 
@@ -23,3 +25,17 @@ def sshd() -> Iterator[SshdInstance]:
         pytest.skip(reason)
     with start_sshd() as instance:
         yield instance
+
+
+@pytest.fixture
+def tmux_socket() -> Iterator[str]:
+    """A unique ``LIBTMUX_SOCKET``; its tmux server is killed (``tmux -L <socket> kill-server``) after."""
+    with libtmux.tmux_socket("pytest-tmux") as name:
+        yield name
+
+
+@pytest.fixture
+async def libtmux_url(tmux_socket: str) -> AsyncIterator[str]:
+    """libtmux-mcp over streamable HTTP (``fastmcp run``) on ``tmux_socket``, ready; stopped afterwards."""
+    async with libtmux.libtmux_http(tmux_socket) as url:
+        yield url

@@ -12,24 +12,11 @@ from pathlib import Path
 import pytest
 
 from acceptance import bench_relay
+from tests.fixtures.procs import processes_mentioning
 
 ROOT = Path(__file__).resolve().parents[1]
 
 pytestmark = pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed")
-
-
-def _processes_mentioning(marker: str) -> list[str]:
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit() or entry.name == str(os.getpid()):
-            continue
-        try:
-            blob = (entry / "cmdline").read_bytes() + (entry / "environ").read_bytes()
-        except OSError:
-            continue
-        if marker.encode() in blob:
-            found.append(entry.name)
-    return found
 
 
 def test_bench_relay_runs_and_prints_its_rows() -> None:
@@ -54,7 +41,7 @@ def test_bench_relay_json_and_cleanup() -> None:
     assert result["peer_mode"] is None
     # Every process that used the benchmark's tmux socket is gone, and so is the socket.
     sock = result["tmux_socket"]
-    assert _processes_mentioning(f"LIBTMUX_SOCKET={sock}") == []
-    assert _processes_mentioning(sock) == []
+    assert processes_mentioning(f"LIBTMUX_SOCKET={sock}", environ=True) == []
+    assert processes_mentioning(sock, environ=True) == []
     tmpdir = Path(os.environ.get("TMUX_TMPDIR", "/tmp")) / f"tmux-{os.getuid()}"
     assert not (tmpdir / sock).exists()

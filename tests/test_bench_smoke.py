@@ -6,7 +6,6 @@ Timings are not judged here (this is not a timed test); ``acceptance/bench_exec.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -14,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from acceptance import bench_exec
+from tests.fixtures.procs import processes_mentioning
 from tests.fixtures.sshd import sshd_unavailable_reason
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -28,20 +28,6 @@ pytestmark = [
 def _run(*extra: str) -> subprocess.CompletedProcess[str]:
     argv = [sys.executable, "-m", "acceptance.bench_exec", "--calls", "3", "--warmup", "1", *extra]
     return subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=240, check=False)
-
-
-def _processes_mentioning(marker: str) -> list[str]:
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit() or entry.name == str(os.getpid()):
-            continue
-        try:
-            cmdline = (entry / "cmdline").read_bytes()
-        except OSError:
-            continue
-        if marker.encode() in cmdline:
-            found.append(entry.name)
-    return found
 
 
 def test_the_exec_benchmark_prints_a_table_with_every_row() -> None:
@@ -64,4 +50,4 @@ def test_the_exec_benchmark_json_reports_every_row_and_cleans_up() -> None:
     assert all(row["failures"] == 0 for row in report["rows"])
     work = report["workdir"]
     assert not Path(work).exists()
-    assert _processes_mentioning(work) == []  # masters, gateway: all terminated and reaped
+    assert processes_mentioning(work) == []  # masters, gateway: all terminated and reaped

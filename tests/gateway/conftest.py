@@ -1,4 +1,5 @@
-"""In-process gateway fixtures: a runtime on a temporary state directory and an MCP client on it."""
+"""In-process gateway fixtures: a runtime on a temporary state directory and an MCP client on it; the
+fault-injecting upstream over HTTP for the relay tests."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from gateway._runtime import Runtime
 from gateway._server import build_server
 from gateway.config import Settings
 from gateway.tools import all_specs
+from tests.upstream.conftest import FaultServer, running_fault
 
 ClientFactory = Callable[..., AbstractAsyncContextManager[tuple[Client, Runtime]]]
 
@@ -35,3 +37,12 @@ def gateway_client(tmp_path: Path) -> ClientFactory:
                 yield client, rt
 
     return factory
+
+
+@pytest.fixture
+async def fault(tmp_path: Path) -> AsyncIterator[FaultServer]:
+    """The fault upstream over HTTP, its state under ``tmp_path / "fault"``."""
+    state = tmp_path / "fault"
+    state.mkdir()
+    async with running_fault(state) as server:
+        yield server

@@ -2,16 +2,13 @@
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import signal
-import subprocess
 import sys
 import tempfile
-import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager
 from pathlib import Path
 
 import anyio
@@ -20,7 +17,7 @@ import pytest
 from mcp import Client, StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
 
-from tests.fixtures.gateway_proc import write_config
+from tests.fixtures.gateway_proc import GatewayProcess, run_gateway, write_config
 
 
 @pytest.fixture
@@ -58,64 +55,26 @@ async def _exercise(client: Client) -> None:
     assert out["stdout"].startswith("y\ny\n")
 
 
-@contextmanager
-def _demo_process(workdir: Path) -> Iterator[tuple[dict[str, str], str, str]]:
-    """Start ``demo`` over HTTP; yield (ready info, token, banner); SIGTERM must end it with exit 0."""
-    cfg = write_config(workdir / "g.toml", {"state_dir": str(workdir / "state")})
-    ready = workdir / "ready.json"
-    err_path = workdir / "stderr"
-    argv = [
-        sys.executable,
-        "-m",
-        "gateway",
-        "--config",
-        str(cfg),
-        "demo",
-        "--port",
-        "0",
-        "--ready-file",
-        str(ready),
-    ]
-    with err_path.open("wb") as err:
-        proc = subprocess.Popen(
-            argv,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
-            stderr=err,
-            env={k: v for k, v in os.environ.items() if not k.startswith("REMOTEOPS_GATEWAY")},
-        )
-    try:
-        deadline = time.monotonic() + 60
-        while not ready.exists():
-            assert proc.poll() is None, err_path.read_text()
-            assert time.monotonic() < deadline, err_path.read_text()
-            time.sleep(0.05)
-        info = json.loads(ready.read_text())
-        yield info, Path(info["token_file"]).read_text().strip(), err_path.read_text()
-    finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            code = proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=10)
-            raise
-        assert code == 0, err_path.read_text()[-3000:]
+def _demo_process(workdir: Path) -> AbstractContextManager[GatewayProcess]:
+    """``demo`` over HTTP; on leaving, ``exit_code`` says how it ended after SIGTERM (the tests want 0)."""
+    return run_gateway(workdir, command=("demo",), startup_timeout_s=60, stop_timeout_s=30)
 
 
 @pytest.mark.anyio
 async def test_demo_over_http_prints_url_and_token_and_runs_commands_on_the_embedded_target(
     short_dir: Path,
 ) -> None:
-    with _demo_process(short_dir) as (info, token, banner):
-        assert info["url"] in banner
-        assert token in banner  # the demo prints how to authenticate, token included
-        http = httpx2.AsyncClient(headers={"Authorization": f"Bearer {token}"}, timeout=httpx2.Timeout(30))
+    with _demo_process(short_dir) as gw:
+        assert gw.url in gw.banner
+        assert gw.token is not None
+        assert gw.token in gw.banner  # the demo prints how to authenticate, token included
+        http = httpx2.AsyncClient(headers=gw.headers(), timeout=httpx2.Timeout(30))
         async with (
             http,
-            Client(streamable_http_client(info["url"], http_client=http), mode="legacy") as client,
+            Client(streamable_http_client(gw.url, http_client=http), mode="legacy") as client,
         ):
             await _exercise(client)
+    assert gw.exit_code == 0, gw.stderr_text()[-3000:]  # SIGTERM ends the demo cleanly
 
 
 @pytest.mark.anyio
@@ -132,12 +91,13 @@ async def test_demo_over_stdio_serves_the_same_tools(short_dir: Path) -> None:
 async def test_sigterm_drains_an_in_flight_call_and_exits_zero(short_dir: Path) -> None:
     marker = short_dir / "started"
     results: list[dict[str, object]] = []
-    with _demo_process(short_dir) as (info, token, _):  # on exit: asserts the gateway exits 0
-        pid = int(info["pid"])
-        http = httpx2.AsyncClient(headers={"Authorization": f"Bearer {token}"}, timeout=httpx2.Timeout(30))
+    with _demo_process(short_dir) as gw:
+        assert gw.token is not None
+        pid = gw.pid
+        http = httpx2.AsyncClient(headers=gw.headers(), timeout=httpx2.Timeout(30))
         try:
             # Stateless 2026-07-28 era: no standalone GET stream that would try to reconnect during shutdown.
-            transport = streamable_http_client(info["url"], http_client=http)
+            transport = streamable_http_client(gw.url, http_client=http)
             async with http, Client(transport, mode="2026-07-28") as client:
                 await client.list_tools()  # the client checks results against the listed outputSchema
 
@@ -158,5 +118,6 @@ async def test_sigterm_drains_an_in_flight_call_and_exits_zero(short_dir: Path) 
         except* httpx2.ConnectError:
             # Closing the client talks to a gateway that has stopped accepting; only that may fail here.
             assert results, "the in-flight call did not complete before the connection failed"
+    assert gw.exit_code == 0, gw.stderr_text()[-3000:]
     assert results[0]["exit_code"] == 0
     assert results[0]["stdout"] == "finished\n"

@@ -25,23 +25,11 @@ from gateway._server import build_server
 from gateway.config import Settings
 from gateway.tools import all_specs
 from tests.gateway.test_relay import Inbox, entry, wait_listed
-from tests.upstream.conftest import FaultServer, free_port
+from tests.upstream.conftest import FaultServer
 
 pytestmark = pytest.mark.anyio
 
 ANSWER = {"colour": "teal"}
-
-
-@pytest.fixture
-async def fault(tmp_path: Path) -> AsyncIterator[FaultServer]:
-    state = tmp_path / "fault"
-    state.mkdir()
-    server = FaultServer(state, free_port())
-    await server.start()
-    try:
-        yield server
-    finally:
-        server.stop()
 
 
 class Human:

@@ -32,7 +32,9 @@ from gateway._server import build_server
 from gateway.config import Settings
 from gateway.tools import all_specs
 from tests.fixtures.gateway_proc import GatewayProcess, run_gateway
-from tests.upstream.conftest import FAST_BACKOFF, FAULT_SERVER, FaultServer, free_port
+from tests.fixtures.mcp_client import all_tools
+from tests.fixtures.procs import free_port
+from tests.upstream.conftest import FAST_BACKOFF, FAULT_SERVER, FaultServer
 
 pytestmark = pytest.mark.anyio
 
@@ -62,18 +64,6 @@ class Inbox:
             await self._arrived.wait()
 
 
-@pytest.fixture
-async def fault(tmp_path: Path) -> AsyncIterator[FaultServer]:
-    state = tmp_path / "fault"
-    state.mkdir()
-    server = FaultServer(state, free_port())
-    await server.start()
-    try:
-        yield server
-    finally:
-        server.stop()
-
-
 def connection(fault: FaultServer, **overrides: Any) -> dict[str, Any]:
     return {"name": "fault", "transport": "http", "url": fault.url, **FAST_BACKOFF, **overrides}
 
@@ -92,17 +82,6 @@ async def serve_gateway(
         server = build_server(rt, stdio_principal="test")
         async with Client(server, mode="legacy", cache=None, message_handler=inbox) as client:
             yield client, rt
-
-
-async def all_tools(client: Client) -> list[types.Tool]:
-    tools: list[types.Tool] = []
-    cursor: str | None = None
-    while True:
-        page = await client.list_tools(cursor=cursor)
-        tools.extend(page.tools)
-        cursor = page.next_cursor
-        if cursor is None:
-            return tools
 
 
 async def names(client: Client) -> set[str]:

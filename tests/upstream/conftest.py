@@ -5,10 +5,10 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +16,7 @@ import anyio
 import httpx
 import pytest
 
+from tests.fixtures.procs import free_port, stop_process, wait_for_port
 from upstream import UpstreamSettings
 
 FAULT_SERVER = Path(__file__).resolve().parents[1] / "fixtures" / "fault_upstream.py"
@@ -27,39 +28,6 @@ FAST_BACKOFF: dict[str, Any] = {
     "connect_timeout_s": 5.0,
     "call_wait_s": 5.0,
 }
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
-def stop_process(proc: subprocess.Popen[bytes]) -> None:
-    """terminate → bounded wait → kill → reap."""
-    if proc.poll() is None:
-        proc.terminate()
-        try:
-            proc.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-    proc.wait(timeout=5)
-
-
-async def wait_for_port(port: int, proc: subprocess.Popen[bytes], ceiling_s: float = 15.0) -> None:
-    """Poll the port until it accepts connections (bounded)."""
-    with anyio.fail_after(ceiling_s):
-        while True:
-            if proc.poll() is not None:
-                raise RuntimeError(f"server exited early with {proc.returncode}")
-            try:
-                stream = await anyio.connect_tcp("127.0.0.1", port)
-            except OSError:
-                await anyio.sleep(0.05)
-                continue
-            await stream.aclose()
-            return
 
 
 class FaultServer:
@@ -112,14 +80,21 @@ class FaultServer:
         return UpstreamSettings(**values)
 
 
-@pytest.fixture
-async def fault_http(tmp_path: Path) -> AsyncIterator[FaultServer]:
-    server = FaultServer(tmp_path, free_port())
+@asynccontextmanager
+async def running_fault(state_dir: Path) -> AsyncIterator[FaultServer]:
+    """The fault upstream over HTTP on a free port, started (port open) and stopped and reaped afterwards."""
+    server = FaultServer(state_dir, free_port())
     await server.start()
     try:
         yield server
     finally:
         server.stop()
+
+
+@pytest.fixture
+async def fault_http(tmp_path: Path) -> AsyncIterator[FaultServer]:
+    async with running_fault(tmp_path) as server:
+        yield server
 
 
 class StdioFault:

@@ -9,6 +9,7 @@ import mcp_types as types
 import pytest
 from mcp import Client
 
+from tests.fixtures.mcp_client import all_tools
 from tests.upstream.conftest import FaultServer
 from upstream import Upstream, UpstreamRejected
 
@@ -19,23 +20,12 @@ def dump(tools: list[types.Tool]) -> list[dict[str, Any]]:
     return [tool.model_dump(by_alias=True, exclude_none=True, mode="json") for tool in tools]
 
 
-async def direct_tools(client: Client) -> list[types.Tool]:
-    tools: list[types.Tool] = []
-    cursor: str | None = None
-    while True:
-        page = await client.list_tools(cursor=cursor)
-        tools.extend(page.tools)
-        cursor = page.next_cursor
-        if cursor is None:
-            return tools
-
-
 async def test_paginated_tool_list_is_flattened_and_identical_to_a_direct_client(
     fault_http: FaultServer,
 ) -> None:
     with anyio.fail_after(20):
         async with Client(fault_http.url, mode="legacy", cache=None) as client:
-            expected = await direct_tools(client)
+            expected = await all_tools(client)
         async with Upstream(fault_http.settings()) as up:
             relayed = await up.list_tools()
     assert len(expected) == 10  # three pages of four

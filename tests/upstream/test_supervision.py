@@ -11,7 +11,8 @@ import anyio
 import pytest
 from pydantic import ValidationError
 
-from tests.upstream.conftest import FaultServer, StdioFault, free_port
+from tests.fixtures.procs import free_port
+from tests.upstream.conftest import FaultServer, StdioFault
 from upstream import Backoff, Upstream, UpstreamClosed, UpstreamSettings, UpstreamUnavailable
 
 pytestmark = pytest.mark.anyio
