@@ -45,6 +45,14 @@ def default_state_dir() -> Path:
     return Path(base) / "remoteops-gateway"
 
 
+def _no_duplicates(names: list[str], what: str) -> None:
+    seen: set[str] = set()
+    for name in names:
+        if name in seen:
+            raise ValueError(f"duplicate {what} name {name!r}")
+        seen.add(name)
+
+
 class ServerSettings(BaseModel):
     model_config = _FROZEN
 
@@ -127,6 +135,18 @@ class Settings(BaseModel):
     targets: tuple[TargetSpec, ...] = ()
     upstreams: tuple[UpstreamEntry, ...] = ()
     log_level: Literal["debug", "info", "warning", "error"] = "info"
+
+    @field_validator("targets")
+    @classmethod
+    def _unique_targets(cls, value: tuple[TargetSpec, ...]) -> tuple[TargetSpec, ...]:
+        _no_duplicates([t.name for t in value], "target")
+        return value
+
+    @field_validator("upstreams")
+    @classmethod
+    def _unique_upstreams(cls, value: tuple[UpstreamEntry, ...]) -> tuple[UpstreamEntry, ...]:
+        _no_duplicates([u.connection.name for u in value], "upstream")
+        return value
 
     @property
     def audit_path(self) -> Path:

@@ -116,3 +116,12 @@ def test_the_shipped_example_configuration_is_valid() -> None:
     s = load_settings(example, {})
     assert [t.name for t in s.targets] == ["web1"]
     assert s.upstreams[0].connection.transport == "stdio"
+
+
+def test_duplicate_target_or_upstream_names_are_config_errors(tmp_path: Path) -> None:
+    cfg = tmp_path / "g.toml"
+    cfg.write_text('[[targets]]\nname = "web"\nhost = "a"\n[[targets]]\nname = "web"\nhost = "b"\n')
+    with pytest.raises(ConfigError) as info:
+        load_settings(cfg, {})
+    assert info.value.key == "targets"
+    assert "duplicate target name 'web'" in str(info.value)
