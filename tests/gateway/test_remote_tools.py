@@ -226,3 +226,26 @@ async def test_a_stdin_secret_is_in_no_process_argv_while_the_command_runs(
         assert _cmdlines_containing(str(marker).encode()), "the scan must see the running remote command"
         assert _cmdlines_containing(SECRET.encode()) == []
     assert results[0].structured_content["stdout"] == f"{len(SECRET)}\n"
+
+
+@pytest.mark.anyio
+async def test_fifty_parallel_remote_exec_calls_through_mcp_all_succeed(
+    gateway_client: ClientFactory, sshd: SshdInstance
+) -> None:
+    # sshd allows 10 sessions per connection; the per-target channel cap makes the burst queue, not fail.
+    async with gateway_client(**_targets(sshd)) as (client, rt):
+        results: dict[int, Any] = {}
+
+        async def one(i: int) -> None:
+            results[i] = await client.call_tool("remote_exec", {"target": "plain", "argv": ["echo", str(i)]})
+
+        with anyio.fail_after(120):
+            async with anyio.create_task_group() as tg:
+                for i in range(50):
+                    tg.start_soon(one, i)
+        stats = rt.remote.stats()
+    assert sorted(results) == list(range(50))
+    for i, result in results.items():
+        assert result.is_error is not True, result
+        assert result.structured_content["stdout"] == f"{i}\n"
+    assert stats.masters_created == 1  # one master, single-flight, for all fifty
