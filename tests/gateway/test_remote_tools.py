@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
+import os
 import shutil
+import signal
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -249,3 +252,31 @@ async def test_fifty_parallel_remote_exec_calls_through_mcp_all_succeed(
         assert result.is_error is not True, result
         assert result.structured_content["stdout"] == f"{i}\n"
     assert stats.masters_created == 1  # one master, single-flight, for all fifty
+
+
+@pytest.mark.anyio
+async def test_a_master_killed_mid_command_is_transport_lost_and_not_rerun(
+    gateway_client: ClientFactory, sshd: SshdInstance, shared_tmp: Path
+) -> None:
+    marker, counter, pidfile = shared_tmp / "started", shared_tmp / "runs", shared_tmp / "pid"
+    script = f"echo run >> {counter}; echo $$ > {pidfile}; touch {marker}; exec sleep 30"
+    async with gateway_client(**_targets(sshd)) as (client, rt), anyio.create_task_group() as tg:
+        results: list[Any] = []
+
+        async def run() -> None:
+            results.append(await client.call_tool("remote_exec", {"target": "plain", "shell": script}))
+
+        tg.start_soon(run)
+        with anyio.fail_after(20):
+            while not marker.exists():  # noqa: ASYNC110 - the remote command signals through a file
+                await anyio.sleep(0.02)
+        plain = next(t for t in await rt.remote.list_targets() if t.name == "plain")
+        assert plain.multiplex.master_pid is not None
+        os.kill(plain.multiplex.master_pid, signal.SIGKILL)
+    err = _err(results[0])
+    assert err["code"] == "transport_lost"
+    assert err["retryable"] is False
+    assert err["details"]["may_have_run"] is True
+    assert counter.read_text() == "run\n"  # ran once, never replayed
+    with contextlib.suppress(ProcessLookupError):  # the orphaned remote sleep (the target is this machine)
+        os.kill(int(pidfile.read_text()), signal.SIGKILL)
