@@ -89,6 +89,42 @@ class _WatchedReceiveStream:
         await self.aclose()
 
 
+_DRAIN_S: Final = 0.25
+_DRAIN_MAX_BYTES: Final = 256 * 1024
+
+
+class _DrainOnClose(httpx2.AsyncByteStream):
+    """A POST response body that is read to its end (bounded) when closed early.
+
+    The SDK closes a tools/call SSE response as soon as the answer event arrives, a moment before the
+    server ends the stream; closing an unfinished body discards the keep-alive connection, so every
+    call would open a new TCP connection (and leave one in TIME-WAIT). Draining the few remaining bytes
+    first returns the connection to the pool; a body that does not end promptly is closed as before.
+    """
+
+    def __init__(self, inner: httpx2.AsyncByteStream) -> None:
+        self._inner = inner
+        self._it: AsyncIterator[bytes] | None = None
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        self._it = self._inner.__aiter__()
+        async for chunk in self._it:
+            yield chunk
+
+    async def aclose(self) -> None:
+        it = self._it if self._it is not None else self._inner.__aiter__()
+        drained = 0
+        with anyio.move_on_after(_DRAIN_S):
+            try:
+                async for chunk in it:
+                    drained += len(chunk)
+                    if drained > _DRAIN_MAX_BYTES:
+                        break
+            except (httpx2.HTTPError, anyio.ClosedResourceError, anyio.BrokenResourceError, RuntimeError):
+                pass  # the body could not be finished: the connection is simply not reused
+        await self._inner.aclose()
+
+
 class _GuardedTransport(httpx2.AsyncBaseTransport):
     """httpx2 transport that reports failures and answers failed POSTs with a tagged JSON-RPC error."""
 
@@ -99,7 +135,11 @@ class _GuardedTransport(httpx2.AsyncBaseTransport):
 
     async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
         try:
-            return await self._inner.handle_async_request(request)
+            response = await self._inner.handle_async_request(request)
+            # POST only: never the long-lived GET notification stream.
+            if request.method == "POST" and isinstance(response.stream, httpx2.AsyncByteStream):
+                response.stream = _DrainOnClose(response.stream)
+            return response
         except httpx2.TransportError as exc:
             error_class = type(exc).__name__
             self._on_lost(error_class)
