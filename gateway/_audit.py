@@ -18,6 +18,8 @@ from gateway._redact import Redactor
 
 __all__ = ["AuditLog"]
 
+_log = structlog.get_logger("gateway.audit")
+
 
 class _RotatingWriter:
     """A minimal structlog "logger": appends lines, rotates by size (path, path.1 … path.N), mode 0600."""
@@ -58,8 +60,11 @@ class _RotatingWriter:
                     os.close(fd)
                 self.records += 1
                 self.last_error = None
-            except OSError as exc:  # the audit file must never take a tool call down
-                self.last_error = f"{type(exc).__name__}: {exc.strerror or exc}"
+            except OSError as exc:  # the audit file must never take a tool call down; health shows it
+                error = f"{type(exc).__name__}: {exc.strerror or exc}"
+                if self.last_error is None:
+                    _log.error("audit_write_failed", path=str(self._path), error=error)
+                self.last_error = error
 
     info = msg
 

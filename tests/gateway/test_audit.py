@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 import pytest
+from structlog.testing import capture_logs
 
 from gateway._audit import AuditLog
 from gateway._redact import Redactor, digest
@@ -93,3 +94,21 @@ async def test_a_planted_secret_never_reaches_the_audit_file(
     assert SECRET not in audit_text
     captured = capfd.readouterr()
     assert SECRET not in captured.out + captured.err
+
+
+@pytest.mark.anyio
+async def test_an_unwritable_audit_file_shows_in_health_without_failing_calls(
+    gateway_client: ClientFactory, tmp_path: Path
+) -> None:
+    blocked = tmp_path / "audit-is-a-directory"
+    blocked.mkdir()
+    async with gateway_client(audit={"path": str(blocked)}) as (client, _):
+        with capture_logs() as logs:
+            first = await client.call_tool("gateway_health", {})
+        assert [e["event"] for e in logs if e["log_level"] == "error"] == ["audit_write_failed"]
+        assert first.is_error is not True
+        second = await client.call_tool("gateway_health", {})
+    assert second.structured_content is not None
+    audit = second.structured_content["audit"]
+    assert audit["healthy"] is False
+    assert audit["last_error"].startswith("IsADirectoryError")
