@@ -19,10 +19,10 @@ from pathlib import Path
 from mcp.server.auth.provider import AccessToken, TokenVerifier
 from mcp.server.auth.settings import AuthSettings as SdkAuthSettings
 from mcp.server.transport_security import TransportSecuritySettings
-from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from gateway._errors import ConfigError
 from gateway._server import GatewayServer
@@ -30,6 +30,7 @@ from gateway.config import Settings
 
 __all__ = [
     "StaticTokenVerifier",
+    "TrimHeaderWhitespace",
     "build_http_app",
     "check_auth_choice",
     "ensure_token",
@@ -99,6 +100,20 @@ def check_auth_choice(settings: Settings, token: str | None) -> None:
         )
 
 
+class TrimHeaderWhitespace:
+    """RFC 9110 §5.5: whitespace around a field value is not part of it. uvicorn's httptools parser keeps
+    trailing spaces, and the SDK compares ``Mcp-Name``/``Mcp-Method`` (and we the bearer token) verbatim,
+    so values are trimmed once, here, before anything reads them."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            scope = {**scope, "headers": [(name, value.strip(b" \t")) for name, value in scope["headers"]]}
+        await self.app(scope, receive, send)
+
+
 def _security(settings: Settings) -> TransportSecuritySettings:
     server = settings.server
     return TransportSecuritySettings(
@@ -108,7 +123,7 @@ def _security(settings: Settings) -> TransportSecuritySettings:
     )
 
 
-def build_http_app(server: GatewayServer, settings: Settings, *, token: str | None, port: int) -> Starlette:
+def build_http_app(server: GatewayServer, settings: Settings, *, token: str | None, port: int) -> ASGIApp:
     """The Starlette app. ``token=None`` means auth is off (validated by the caller: explicit + loopback)."""
     check_auth_choice(settings, token)
 
@@ -125,7 +140,7 @@ def build_http_app(server: GatewayServer, settings: Settings, *, token: str | No
             validate_token_resource=False,
         )
         verifier = StaticTokenVerifier(token)
-    return server.streamable_http_app(
+    app = server.streamable_http_app(
         streamable_http_path=settings.server.path,
         stateless_http=settings.server.stateless_http,
         max_request_body_size=settings.server.max_body_bytes,
@@ -135,3 +150,4 @@ def build_http_app(server: GatewayServer, settings: Settings, *, token: str | No
         token_verifier=verifier,
         custom_starlette_routes=[Route("/healthz", healthz, methods=["GET"])],
     )
+    return TrimHeaderWhitespace(app)

@@ -28,7 +28,25 @@ run or excluded, so a version bump that adds scenarios surfaces here):
 * Session lifecycle: conformance 0.1.16 has no such scenario (``conformance list --server`` and the
   ``all``/``pending`` suites name none). ``server-sse-multiple-streams`` reuses the issued
   ``Mcp-Session-Id``; the rest of the lifecycle (missing id → 400, DELETE, then 404 -32600 "Session not
-  found") is checked here with raw HTTP in the suite's place.
+  found") is checked here with raw HTTP (0.2.0-alpha's ``server-session-lifecycle`` covers all but the
+  missing id).
+
+The pre-release suite ``@modelcontextprotocol/conformance@0.2.0-alpha.12`` (own prefix
+``.cache/node-tools/conformance-alpha``, same Node 22) adds the stateless 2026-07-28 era. It runs the same
+way, against the same gateway, from ``ALPHA_RUN_SCENARIOS``: the five above again (it negotiates 2026-07-28
+where the scenario allows it), plus ``server-session-lifecycle``, ``server-stateless``, ``caching``,
+``http-header-validation`` and ``input-required-result-unsupported-methods``. ``ALPHA_EXCLUDED`` gives each
+other scenario it lists a reason, pinned by its own guard test. Two refinements:
+
+* ``ALPHA_NOT_TESTABLE``: named checks of a run scenario that cannot pass against a tools-only gateway — the
+  suite marks them ``untestable`` (its diagnostic tools ``test_missing_capability``…) or they probe a
+  capability the gateway does not declare (-32601). Only those ids, failing only that way, are tolerated; they
+  go to the suite as an ``--expected-failures`` baseline so its exit code stays meaningful (0 required; a
+  baseline entry that starts passing makes it 1).
+* ``ALPHA_KNOWN_GATEWAY_BUGS``: checks failing because of a known gateway bug (the test xfails only while
+  exactly those fail). Empty now: ``http-header-validation`` found that ``Mcp-Name: "  gateway_health  "`` was
+  refused (uvicorn's ``httptools`` parser keeps trailing whitespace, RFC 9110 §5.5 says it is not part of the
+  value); the gateway now trims header values (``gateway._http.TrimHeaderWhitespace``).
 """
 
 from __future__ import annotations
@@ -43,7 +61,14 @@ import httpx
 import pytest
 
 from tests.fixtures.gateway_proc import GatewayProcess, run_gateway
-from tests.fixtures.node_tools import CONFORMANCE, INSPECTOR, InstalledTool, ToolRun, ensure_tool
+from tests.fixtures.node_tools import (
+    CONFORMANCE,
+    CONFORMANCE_ALPHA,
+    INSPECTOR,
+    InstalledTool,
+    ToolRun,
+    ensure_tool,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -100,6 +125,94 @@ EXCLUDED: dict[str, str] = {
     ),
 }
 
+ALPHA_RUN_SCENARIOS: tuple[str, ...] = (
+    *RUN_SCENARIOS,
+    "server-session-lifecycle",
+    "server-stateless",
+    "caching",
+    "http-header-validation",
+    "input-required-result-unsupported-methods",
+)
+
+ALPHA_KNOWN_GATEWAY_BUGS: dict[str, dict[str, str]] = {}
+"""Checks failing because of a reported gateway bug: the test xfails only if exactly these fail."""
+
+_DIAGNOSTIC_TOOL = "needs a diagnostic tool of the suite's reference server; the suite marks it untestable"
+_UNDECLARED_CACHING = "caching hints of a capability the gateway does not declare (-32601 Method not found)"
+ALPHA_NOT_TESTABLE: dict[str, dict[str, str]] = {
+    "server-stateless": {
+        "sep-2575-server-rejects-undeclared-capability": f"{_DIAGNOSTIC_TOOL} (test_missing_capability)",
+        "sep-2575-missing-capability-http-400": f"{_DIAGNOSTIC_TOOL} (test_missing_capability)",
+        "sep-2575-http-server-no-independent-requests-on-stream": (
+            f"{_DIAGNOSTIC_TOOL} (test_streaming_elicitation)"
+        ),
+        "sep-2575-server-no-log-without-loglevel": f"{_DIAGNOSTIC_TOOL} (test_logging_tool)",
+    },
+    "caching": {
+        "sep-2549-prompts-list-caching-hints": _UNDECLARED_CACHING,
+        "sep-2549-resources-list-caching-hints": _UNDECLARED_CACHING,
+        "sep-2549-resources-templates-list-caching-hints": _UNDECLARED_CACHING,
+    },
+}
+
+_TASKS_EXTENSION = (
+    "tasks extension (io.modelcontextprotocol/tasks) the gateway does not declare; drives the suite's tools "
+    "(greet, slow_compute, failing_job…)"
+)
+_SUITE_MRTR_TOOL = "drives the suite's test_input_required_result_* tools (Unknown tool here)"
+ALPHA_EXCLUDED: dict[str, str] = {
+    **EXCLUDED,
+    "sep-2164-resource-not-found": f"resources: {_NOT_DECLARED}",
+    "http-custom-header-server-validation": (
+        "needs tools whose inputSchema carries x-mcp-header annotations; the gateway has none, so every "
+        "check reports 'Not testable' as a FAILURE"
+    ),
+    **dict.fromkeys(
+        ("sep-2640-skills-directory", "sep-2640-skills-enumeration", "sep-2640-skills-manifest"),
+        "skills extension the gateway does not declare: every check SKIPPED, only wire-schema-valid passes",
+    ),
+    **dict.fromkeys(
+        (
+            "tasks-lifecycle",
+            "tasks-capability-negotiation",
+            "tasks-wire-fields",
+            "tasks-request-state-removal",
+            "tasks-mrtr-input",
+            "tasks-request-headers",
+            "tasks-dispatch-and-envelope",
+            "tasks-required-task-error",
+            "tasks-mrtr-composition",
+        ),
+        _TASKS_EXTENSION,
+    ),
+    "tasks-status-notifications": "tasks extension; the suite SKIPs its only check (harness pending rewrite)",
+    **dict.fromkeys(
+        (
+            "input-required-result-basic-elicitation",
+            "input-required-result-basic-sampling",
+            "input-required-result-basic-list-roots",
+            "input-required-result-request-state",
+            "input-required-result-multiple-input-requests",
+            "input-required-result-multi-round",
+            "input-required-result-result-type",
+            "input-required-result-tampered-state",
+            "input-required-result-capability-check",
+        ),
+        _SUITE_MRTR_TOOL,
+    ),
+    **dict.fromkeys(
+        ("input-required-result-missing-input-response", "input-required-result-ignore-extra-params"),
+        f"{_SUITE_MRTR_TOOL}; only a WARNING, so it would prove nothing",
+    ),
+    "input-required-result-validate-input": (
+        f"{_SUITE_MRTR_TOOL}; its protocol-error check passes only because the tool is unknown"
+    ),
+    "input-required-result-non-tool-request": (
+        "asks for an InputRequiredResult from a non-tool method of a capability the gateway does not declare "
+        "(-32601 Method not found)"
+    ),
+}
+
 HEALTH_FIELDS = {
     "version",
     "pid",
@@ -123,6 +236,11 @@ def inspector() -> InstalledTool:
 @pytest.fixture(scope="session")
 def conformance() -> InstalledTool:
     return ensure_tool(CONFORMANCE)
+
+
+@pytest.fixture(scope="session")
+def conformance_alpha() -> InstalledTool:
+    return ensure_tool(CONFORMANCE_ALPHA)
 
 
 @pytest.fixture(scope="module")
@@ -213,37 +331,103 @@ def test_the_inspector_cli_without_a_token_is_refused_as_auth_required(
     assert json.loads(run.stderr)["error"]["code"] == "auth_required", run.describe()
 
 
-def test_every_scenario_the_conformance_suite_lists_is_run_or_excluded_with_a_reason(
-    conformance: InstalledTool,
-) -> None:
-    run = conformance.run(["list", "--server"], timeout_s=CLIENT_TIMEOUT_S)
+def _listed_server_scenarios(suite: InstalledTool) -> set[str]:
+    run = suite.run(["list", "--server"], timeout_s=CLIENT_TIMEOUT_S)
     assert run.returncode == 0, run.describe()
     listed = set(re.findall(r"^\s+-\s+(\S+)", run.stdout, flags=re.MULTILINE))
     assert listed, run.describe()
-    assert not set(RUN_SCENARIOS) & set(EXCLUDED)
-    classified = set(RUN_SCENARIOS) | set(EXCLUDED)
+    return listed
+
+
+def _assert_classified(listed: set[str], run: tuple[str, ...], excluded: dict[str, str]) -> None:
+    assert len(set(run)) == len(run)
+    assert not set(run) & set(excluded)
+    assert all(reason.strip() for reason in excluded.values())
+    classified = set(run) | set(excluded)
     assert listed - classified == set(), "scenarios neither run nor excluded with a reason"
     assert classified - listed == set(), "scenarios this suite version no longer has"
+
+
+def test_every_scenario_the_conformance_suite_lists_is_run_or_excluded_with_a_reason(
+    conformance: InstalledTool,
+) -> None:
+    _assert_classified(_listed_server_scenarios(conformance), RUN_SCENARIOS, EXCLUDED)
+
+
+def test_every_scenario_the_alpha_conformance_suite_lists_is_run_or_excluded_with_a_reason(
+    conformance_alpha: InstalledTool,
+) -> None:
+    _assert_classified(_listed_server_scenarios(conformance_alpha), ALPHA_RUN_SCENARIOS, ALPHA_EXCLUDED)
+    assert set(ALPHA_NOT_TESTABLE) <= set(ALPHA_RUN_SCENARIOS)
+    assert set(ALPHA_KNOWN_GATEWAY_BUGS) <= set(ALPHA_RUN_SCENARIOS)
+
+
+def _not_testable_here(check: dict[str, Any]) -> bool:
+    """The suite's own "untestable" marker, or a -32601 for a capability the gateway does not declare."""
+    details = check.get("details") or {}
+    return details.get("untestable") is True or (details.get("error") or {}).get("code") == -32601
+
+
+def _run_scenario(
+    suite: InstalledTool,
+    gw: GatewayProcess,
+    tmp_path: Path,
+    scenario: str,
+    not_testable: dict[str, str] | None = None,
+    known_bugs: dict[str, str] | None = None,
+) -> None:
+    """Run one scenario; no FAILURE (bar the named not-testable checks), a SUCCESS, exit code 0.
+
+    With ``known_bugs``: xfail when exactly those checks fail (and nothing else does); a known bug whose
+    check passes again fails the test, so the entry gets removed.
+    """
+    tolerated = not_testable or {}
+    out_dir = tmp_path / "results"
+    argv = ["server", "--url", gw.url, "--scenario", scenario, "--output-dir", str(out_dir)]
+    if tolerated:
+        baseline = tmp_path / "expected-failures.yaml"
+        entries = "".join(f"  - {json.dumps(f'{scenario}:{check_id}')}\n" for check_id in tolerated)
+        baseline.write_text(f"server:\n{entries}", encoding="utf-8")
+        argv += ["--expected-failures", str(baseline)]
+    run = suite.run(argv, timeout_s=SCENARIO_TIMEOUT_S, home=tmp_path / "home")
+    reports = sorted(out_dir.glob("*/checks.json"))
+    context = f"{run.describe()}\n--- gateway stderr ---\n{gw.stderr_text()[-4000:]}"
+    assert len(reports) == 1, context
+    checks: list[dict[str, Any]] = json.loads(reports[0].read_text(encoding="utf-8"))
+    failures = [
+        c for c in checks if c["status"] == "FAILURE" and not (c["id"] in tolerated and _not_testable_here(c))
+    ]
+    if known_bugs:
+        failed_ids = {c["id"] for c in failures}
+        stale = set(known_bugs) - failed_ids
+        assert not stale, f"known gateway bug(s) no longer fail, remove them: {sorted(stale)}\n{context}"
+        unexpected = [c for c in failures if c["id"] not in known_bugs]
+        assert unexpected == [], f"{json.dumps(unexpected, indent=2)}\n{context}"
+        pytest.xfail("; ".join(f"{check_id}: {reason}" for check_id, reason in known_bugs.items()))
+    assert failures == [], f"{json.dumps(failures, indent=2)}\n{context}"
+    assert any(c["status"] == "SUCCESS" for c in checks), f"no check succeeded\n{context}"
+    assert run.returncode == 0, context
 
 
 @pytest.mark.parametrize("scenario", RUN_SCENARIOS)
 def test_the_conformance_suite_passes_against_the_http_gateway(
     conformance: InstalledTool, open_gateway: GatewayProcess, tmp_path: Path, scenario: str
 ) -> None:
-    out_dir = tmp_path / "results"
-    run = conformance.run(
-        ["server", "--url", open_gateway.url, "--scenario", scenario, "--output-dir", str(out_dir)],
-        timeout_s=SCENARIO_TIMEOUT_S,
-        home=tmp_path / "home",
+    _run_scenario(conformance, open_gateway, tmp_path, scenario)
+
+
+@pytest.mark.parametrize("scenario", ALPHA_RUN_SCENARIOS)
+def test_the_alpha_conformance_suite_passes_against_the_http_gateway(
+    conformance_alpha: InstalledTool, open_gateway: GatewayProcess, tmp_path: Path, scenario: str
+) -> None:
+    _run_scenario(
+        conformance_alpha,
+        open_gateway,
+        tmp_path,
+        scenario,
+        ALPHA_NOT_TESTABLE.get(scenario),
+        ALPHA_KNOWN_GATEWAY_BUGS.get(scenario),
     )
-    reports = sorted(out_dir.glob("*/checks.json"))
-    context = f"{run.describe()}\n--- gateway stderr ---\n{open_gateway.stderr_text()[-4000:]}"
-    assert len(reports) == 1, context
-    checks: list[dict[str, Any]] = json.loads(reports[0].read_text(encoding="utf-8"))
-    failures = [c for c in checks if c["status"] == "FAILURE"]
-    assert failures == [], f"{json.dumps(failures, indent=2)}\n{context}"
-    assert any(c["status"] == "SUCCESS" for c in checks), f"no check succeeded\n{context}"
-    assert run.returncode == 0, context
 
 
 def test_a_session_lives_from_initialize_until_delete_and_is_then_not_found(
