@@ -9,6 +9,7 @@ remoteops-gateway tools [--markdown]
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sys
 from collections.abc import AsyncIterator, Callable, Sequence
@@ -75,6 +76,22 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def upstream_secrets(settings: Settings) -> list[str]:
+    """Credentials the gateway holds for its upstreams, so the redactor can scrub them from any output."""
+    secrets: list[str] = []
+    for entry in settings.upstreams:
+        conn = entry.connection
+        for value in (*conn.headers.values(), *conn.env.values()):
+            secrets.append(value)
+            scheme, _, credential = value.partition(" ")
+            if credential and scheme.lower() in ("bearer", "basic", "token"):
+                secrets.append(credential)
+        if conn.bearer_token_file is not None:
+            with contextlib.suppress(OSError):  # read again on every connect; may appear later
+                secrets.append(conn.bearer_token_file.read_text(encoding="utf-8").strip())
+    return secrets
+
+
 def _with_overrides(settings: Settings, host: str | None, port: int | None) -> Settings:
     server = settings.server.model_copy(
         update={k: v for k, v in {"host": host, "port": port}.items() if v is not None}
@@ -119,6 +136,8 @@ def _serve(
     if not stdio and settings.auth.mode == "bearer":
         token = ensure_token(settings.token_path)
         redactor.add_secret(token)
+    for secret in upstream_secrets(settings):
+        redactor.add_secret(secret)
     configure_logging(settings.log_level, redactor)
     specs = all_specs()
 

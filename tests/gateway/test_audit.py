@@ -11,6 +11,8 @@ from structlog.testing import capture_logs
 
 from gateway._audit import AuditLog
 from gateway._redact import Redactor, digest
+from gateway.cli import upstream_secrets
+from gateway.config import Settings
 from tests.gateway.conftest import ClientFactory
 
 SECRET = "hunter2-Planted-Secret-7f3a9"
@@ -112,3 +114,33 @@ async def test_an_unwritable_audit_file_shows_in_health_without_failing_calls(
     audit = second.structured_content["audit"]
     assert audit["healthy"] is False
     assert audit["last_error"].startswith("IsADirectoryError")
+
+
+def test_upstream_credentials_are_known_secrets_for_redaction(tmp_path: Path) -> None:
+    token_file = tmp_path / "up-token"
+    token_file.write_text("file-Token-0123456789\n")
+    settings = Settings.model_validate(
+        {
+            "upstreams": [
+                {
+                    "connection": {
+                        "name": "a",
+                        "transport": "http",
+                        "url": "http://127.0.0.1:1/mcp",
+                        "headers": {"Authorization": "Bearer header-Token-0123456789"},
+                    }
+                },
+                {
+                    "connection": {
+                        "name": "b",
+                        "transport": "http",
+                        "url": "http://127.0.0.1:2/mcp",
+                        "bearer_token_file": str(token_file),
+                    }
+                },
+            ]
+        }
+    )
+    redactor = Redactor(upstream_secrets(settings))
+    line = "upstream said header-Token-0123456789 and file-Token-0123456789"
+    assert "Token-0123456789" not in redactor.text(line)
