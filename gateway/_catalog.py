@@ -21,7 +21,7 @@ from gateway._errors import ConfigError
 if TYPE_CHECKING:
     from gateway._context import ToolContext
 
-__all__ = ["OWN_TOOLSETS", "AnySpec", "Catalog", "ToolSpec", "Toolset", "build_catalog"]
+__all__ = ["AnySpec", "Catalog", "ToolSpec", "Toolset", "build_catalog"]
 
 
 class Toolset(StrEnum):
@@ -38,8 +38,6 @@ class Toolset(StrEnum):
     UPSTREAM = "upstream"
     """Tools relayed from upstream MCP servers (gated per name in each upstream's configuration)."""
 
-
-OWN_TOOLSETS = frozenset(Toolset) - {Toolset.UPSTREAM}
 
 InT = TypeVar("InT", bound=BaseModel)
 OutT = TypeVar("OutT", bound=BaseModel)

@@ -15,7 +15,7 @@ from contextlib import AsyncExitStack
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from types import TracebackType
-from typing import Any, Self
+from typing import Self
 
 from gateway._audit import AuditLog
 from gateway._catalog import AnySpec, Catalog, build_catalog
@@ -108,10 +108,3 @@ class Runtime:
             "details}; transport_lost and upstream_ambiguous mean the action may or may not have run."
         )
         return "\n".join(lines)
-
-    def health_counts(self) -> dict[str, Any]:
-        return {
-            "own_tools": len(self.catalog.enabled),
-            "relayed_tools": self.relay.tool_count(),
-            "filtered_out": list(self.catalog.filtered_out),
-        }

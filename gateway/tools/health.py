@@ -44,16 +44,15 @@ class HealthOut(Output):
 
 async def gateway_health(ctx: ToolContext, _: HealthIn) -> HealthOut:
     rt = ctx.runtime
-    counts = rt.health_counts()
     return HealthOut(
         version=rt.identity.version,
         pid=rt.identity.pid,
         started_at=rt.identity.started_at,
         uptime_s=round(rt.uptime_s(), 3),
         toolsets=sorted(t.value for t in rt.catalog.toolsets),
-        own_tools=counts["own_tools"],
-        relayed_tools=counts["relayed_tools"],
-        filtered_out=counts["filtered_out"],
+        own_tools=len(rt.catalog.enabled),
+        relayed_tools=rt.relay.tool_count(),
+        filtered_out=list(rt.catalog.filtered_out),
         audit=AuditHealth.model_validate(rt.audit.status()),
         transport=rt.remote.stats().model_dump(mode="json"),
         upstreams=rt.relay.health(),
