@@ -3,6 +3,9 @@
 ::
 
     RemoteOpsError             target: str | None, detail: str, retryable (property)
+    ├── InvalidRequest         field ("argv[0]", "env.NAME", "cwd", "time_limit_s", ...), reason: the input
+    │                          cannot be run as given (NUL byte, empty program, not UTF-8, too long);
+    │                          nothing was started. Also a ``ValueError``.
     ├── PolicyDenied           reason: name not configured / request outside policy; nothing was started
     ├── UnknownTarget          ``ssh -G`` could not resolve the target (bad ssh config, bad name)
     ├── TransportError         stage: "master" | "exec" | "connect" | "remote-shell"
@@ -30,6 +33,7 @@ __all__ = [
     "ConnectError",
     "ConnectReason",
     "HostKeyError",
+    "InvalidRequest",
     "PolicyDenied",
     "ProbeError",
     "RemoteOpsError",
@@ -56,6 +60,18 @@ class RemoteOpsError(Exception):
     def retryable(self) -> bool:
         """Whether retrying the same call can reasonably succeed without a human changing something."""
         return False
+
+
+class InvalidRequest(RemoteOpsError, ValueError):
+    """The request itself cannot be run: ``field`` names the offending input, ``reason`` says why (bounded).
+
+    Raised before anything is started, so retrying the same request fails the same way.
+    """
+
+    def __init__(self, detail: str = "", *, target: str | None = None, field: str, reason: str) -> None:
+        super().__init__(detail or f"{field}: {reason}", target=target)
+        self.field = field
+        self.reason = reason
 
 
 class PolicyDenied(RemoteOpsError):

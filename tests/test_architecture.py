@@ -78,6 +78,7 @@ PUBLIC = {
         "ExecResult",
         "HostKeyError",
         "HostKeyPolicy",
+        "InvalidRequest",
         "MultiplexMode",
         "MultiplexState",
         "PolicyDenied",
