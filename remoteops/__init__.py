@@ -23,6 +23,7 @@ from ._errors import (
     TransportError,
     TransportLost,
     UnknownTarget,
+    UnresolvedHost,
 )
 from ._exec import Carrier, ExecRequest
 from ._models import (
@@ -73,5 +74,6 @@ __all__ = [
     "TransportSettings",
     "TransportStats",
     "UnknownTarget",
+    "UnresolvedHost",
     "render_command",
 ]

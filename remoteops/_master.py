@@ -14,11 +14,11 @@ import anyio
 import anyio.abc
 
 from ._capture import HeadTail
-from ._errors import AuthError, ConnectError, HostKeyError, TransportError
+from ._errors import AuthError, ConnectError, HostKeyError, TransportError, UnresolvedHost
 from ._process import reap, run_process
 from ._render import new_nonce
 from ._settings import TargetSpec, TransportSettings
-from ._sshargs import SshArgs, classify_ssh_failure
+from ._sshargs import SshArgs, classify_ssh_failure, tail_lines
 
 __all__ = ["Master"]
 
@@ -153,9 +153,9 @@ class Master:
     def _startup_error(self, returncode: int | None) -> TransportError:
         stderr = self.stderr.tail.decode(errors="replace")
         error = classify_ssh_failure(stderr, target=self.target.name, stage="master", command_started=False)
-        if isinstance(error, HostKeyError | AuthError | ConnectError):
+        if isinstance(error, HostKeyError | AuthError | ConnectError | UnresolvedHost):
             return error
-        detail = stderr.strip()[-600:] or f"ssh master exited with {returncode}"
+        detail = tail_lines(stderr) or f"ssh master exited with {returncode}"
         return ConnectError(detail, target=self.target.name, stage="master", reason="multiplex")
 
     async def _read_token(self, proc: anyio.abc.Process, token: str) -> bool:

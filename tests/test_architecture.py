@@ -96,6 +96,7 @@ PUBLIC = {
         "TransportSettings",
         "TransportStats",
         "UnknownTarget",
+        "UnresolvedHost",
         "render_command",
     },
 }
