@@ -73,7 +73,6 @@ PUBLIC = {
         "ConnectReason",
         "DiagnoseReport",
         "DiskUsage",
-        "EmbeddedTarget",
         "ExecRequest",
         "ExecResult",
         "HostKeyError",

@@ -15,8 +15,8 @@ import pytest
 from gateway._errmap import translate
 from gateway._errors import ErrorCode
 from remoteops import InvalidRequest, RemoteOps, RemoteOpsError, TargetSpec, TransportSettings, render_command
-from remoteops._embedded import EmbeddedTarget
 from remoteops._render import MAX_COMMAND_BYTES
+from remoteops.embedded import EmbeddedTarget
 
 _TIMEOUT = 30.0
 

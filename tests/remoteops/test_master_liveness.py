@@ -19,8 +19,8 @@ import anyio.abc
 import pytest
 
 from remoteops import RemoteOps, TargetSpec, TransportSettings
-from remoteops._embedded import EmbeddedTarget
 from remoteops._master import _CONTROL_S, Master
+from remoteops.embedded import EmbeddedTarget
 
 pytestmark = pytest.mark.anyio
 
