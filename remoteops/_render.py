@@ -44,6 +44,7 @@ MARKER_ALLOWANCE = 64  # bytes the two markers may take on stderr
 # Linux MAX_ARG_STRLEN (128 KiB incl. the NUL): the text is one argv word of the local ssh client and of
 # the target's ``shell -c``; a longer one fails with E2BIG before anything runs.
 MAX_COMMAND_BYTES = 128 * 1024 - 1
+_MIN_LIMIT_S = 0.001  # the remote limit is rendered with millisecond resolution
 
 _WRAPPER = r"""n=$1 t=$2 k=$3 d=$4 e=$5; shift 5
 printf '\036ROG%sS\n' "$n" >&2
@@ -146,8 +147,8 @@ def render_command(
         _check_text(f"argv[{index}]", word)
     if cwd is not None:
         _check_text("cwd", cwd)
-    if not time_limit_s > 0:
-        raise InvalidRequest(field="time_limit_s", reason="must be > 0")
+    if not time_limit_s >= _MIN_LIMIT_S:  # also NaN; a smaller limit renders as "0": `timeout` reads "none"
+        raise InvalidRequest(field="time_limit_s", reason=f"must be at least {_MIN_LIMIT_S} s")
     env_words = validate_env(env)
     nonce = nonce or new_nonce()
     wrapper = _WRAPPER if use_timeout_binary else _WRAPPER_NO_TIMEOUT

@@ -51,8 +51,9 @@ def test_rendering_refuses_unrunnable_input_with_invalid_request_naming_the_fiel
     assert isinstance(info.value, RemoteOpsError)
 
 
-@pytest.mark.parametrize("limit", [0, -1, float("nan")])
-def test_a_time_limit_that_is_not_positive_is_an_invalid_request(limit: float) -> None:
+@pytest.mark.parametrize("limit", [0, -1, float("nan"), 0.0004])
+def test_a_time_limit_below_a_millisecond_is_an_invalid_request(limit: float) -> None:
+    # 0.0004 would render as "0", which coreutils `timeout` reads as "no limit at all"
     with pytest.raises(InvalidRequest) as info:
         render_command(["true"], time_limit_s=limit)
     assert info.value.field == "time_limit_s"
