@@ -8,13 +8,13 @@
     │                          nothing was started. Also a ``ValueError``.
     ├── PolicyDenied           reason: name not configured / request outside policy; nothing was started
     ├── UnknownTarget          ``ssh -G`` could not resolve the target (bad ssh config, bad name)
-    │   └── UnresolvedHost     host: the name ssh could not resolve when connecting; also a TransportError
-    │                          (stage "master"/"exec"), so ``except TransportError`` still sees it
+    │   └── UnresolvedHost     host: the name ssh could not resolve when connecting; also a
+    │                          ConnectError(reason="unknown_host"), so ``except ConnectError`` still sees it
     ├── TransportError         stage: "master" | "exec" | "connect" | "remote-shell"
     │   ├── HostKeyError       reason: "changed" | "unknown" | "other" (host keys are always checked);
     │   │                      host, fingerprint, known_hosts; detail = ssh's whole lines + what to do
     │   ├── AuthError          no credential accepted (publickey refused, ...)
-    │   ├── ConnectError       reason: refused | timeout | no_route | closed | multiplex |
+    │   ├── ConnectError       reason: refused | timeout | no_route | unknown_host | closed | multiplex |
     │   │                      pool_exhausted | other -- nothing ran on the target
     │   ├── TransportLost      command_started: True (seen starting) | None (unknown). The connection died
     │   │                      while the command may have been running: ambiguous, NEVER re-run automatically
@@ -47,7 +47,9 @@ __all__ = [
     "UnresolvedHost",
 ]
 
-ConnectReason = Literal["refused", "timeout", "no_route", "closed", "multiplex", "pool_exhausted", "other"]
+ConnectReason = Literal[
+    "refused", "timeout", "no_route", "unknown_host", "closed", "multiplex", "pool_exhausted", "other"
+]
 
 
 class RemoteOpsError(Exception):
@@ -94,16 +96,6 @@ class TransportError(RemoteOpsError):
         self.stage = stage
 
 
-class UnresolvedHost(UnknownTarget, TransportError):
-    """ssh could not resolve the target's host name (``Could not resolve hostname``); nothing ran."""
-
-    def __init__(
-        self, detail: str = "", *, target: str | None = None, stage: str = "connect", host: str | None = None
-    ) -> None:
-        super().__init__(detail, target=target, stage=stage)
-        self.host = host
-
-
 class HostKeyError(TransportError):
     """``host``: the known_hosts name ssh checked (``[127.0.0.1]:2222``); ``fingerprint``: the key the host
     sent, when ssh printed it; ``known_hosts``: the file (``path:line``) holding the offending entry."""
@@ -145,6 +137,19 @@ class ConnectError(TransportError):
     @property
     def retryable(self) -> bool:
         return self.reason in ("refused", "timeout", "no_route", "closed", "pool_exhausted", "other")
+
+
+class UnresolvedHost(UnknownTarget, ConnectError):
+    """ssh could not resolve the target's host name (``Could not resolve hostname``); nothing ran.
+
+    An unknown target to callers (the name is wrong), and a ConnectError with ``reason="unknown_host"`` (it
+    is found when connecting), never retryable."""
+
+    def __init__(
+        self, detail: str = "", *, target: str | None = None, stage: str = "connect", host: str | None = None
+    ) -> None:
+        super().__init__(detail, target=target, stage=stage, reason="unknown_host")
+        self.host = host
 
 
 class TransportLost(TransportError):

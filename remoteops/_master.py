@@ -14,7 +14,7 @@ import anyio
 import anyio.abc
 
 from ._capture import HeadTail
-from ._errors import AuthError, ConnectError, HostKeyError, TransportError, UnresolvedHost
+from ._errors import AuthError, ConnectError, HostKeyError, TransportError
 from ._process import reap, run_process
 from ._render import new_nonce
 from ._settings import TargetSpec, TransportSettings
@@ -171,7 +171,7 @@ class Master:
     def _startup_error(self, returncode: int | None) -> TransportError:
         stderr = self.stderr.tail.decode(errors="replace")
         error = classify_ssh_failure(stderr, target=self.target.name, stage="master", command_started=False)
-        if isinstance(error, HostKeyError | AuthError | ConnectError | UnresolvedHost):
+        if isinstance(error, HostKeyError | AuthError | ConnectError):
             return error
         detail = tail_lines(stderr) or f"ssh master exited with {returncode}"
         return ConnectError(detail, target=self.target.name, stage="master", reason="multiplex")

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from gateway._errmap import translate
 from gateway._errors import ErrorCode
-from remoteops import RemoteOps, TargetSpec, TransportError, TransportSettings, UnknownTarget, UnresolvedHost
+from remoteops import ConnectError, RemoteOps, TargetSpec, TransportSettings, UnknownTarget, UnresolvedHost
 from remoteops._sshargs import tail_lines
 
 # A label longer than 63 bytes is refused by the stub resolver itself: the lookup fails on this machine
@@ -46,7 +46,8 @@ async def test_a_host_name_that_does_not_resolve_is_an_unknown_target_in_every_m
         stats = ops.stats()
     error = info.value
     assert isinstance(error, UnresolvedHost)
-    assert isinstance(error, TransportError)  # seen at connect time: still a transport failure
+    assert isinstance(error, ConnectError)  # seen at connect time: still a connect failure to old callers
+    assert error.reason == "unknown_host"
     assert (error.target, error.host) == ("nowhere", UNRESOLVABLE)
     assert stats.fallbacks == 0  # not retried as a one-shot connection: it would fail the same way
     assert stats.masters_created == 0
