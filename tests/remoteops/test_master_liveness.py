@@ -19,7 +19,7 @@ import anyio.abc
 import pytest
 
 from remoteops import RemoteOps, TargetSpec, TransportSettings
-from remoteops._master import _CONTROL_S, Master
+from remoteops._master import _CONTROL_S, Master, mux_alive_check
 from remoteops.embedded import EmbeddedTarget
 
 pytestmark = pytest.mark.anyio
@@ -170,3 +170,21 @@ async def test_a_wedged_socket_at_the_control_path_is_replaced_by_a_fresh_master
     assert (result.exit_code, result.stdout) == (0, "fresh")
     assert (stats.masters_adopted, stats.stale_recovered, stats.masters_created) == (0, 1, 1)
     assert ticker.max_gap < _MAX_GAP_S
+
+
+async def test_a_live_master_answers_the_in_process_mux_check_before_every_reuse(short_tmp: Path) -> None:
+    async with EmbeddedTarget(short_tmp / "w", alias="emb") as target:
+        settings = TransportSettings(
+            ssh_config_file=target.ssh_config_path, control_dir=short_tmp / "c", master_check_idle_s=0
+        )
+        async with RemoteOps(settings, [TargetSpec(name="emb", host=target.alias)]) as ops:
+            with anyio.fail_after(30):
+                results = [await ops.run("emb", ["printf", str(i)]) for i in range(5)]
+                info = (await ops.list_targets())[0]
+                assert info.multiplex.control_path is not None
+                pid = await mux_alive_check(Path(info.multiplex.control_path))
+            stats = ops.stats()
+    assert [r.stdout for r in results] == ["0", "1", "2", "3", "4"]
+    assert (stats.masters_created, stats.masters_reused, stats.stale_recovered) == (1, 4, 0)
+    assert pid is not None
+    assert pid == info.multiplex.master_pid
