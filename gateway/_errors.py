@@ -6,9 +6,11 @@ Exception tree::
     ├── ConfigError                  bad configuration (startup fails; names key and source)
     └── ToolFailure                  a tool call failed; carries {code, message, retryable, details}
 
-Every failure that reaches an MCP client is a ``ToolFailure`` rendered as an ``isError`` result whose
-``structuredContent`` is ``{"error": {code, message, retryable, details}}``. ``code`` is always one of
-:class:`ErrorCode` — a closed vocabulary documented in the README (a test keeps the two in step).
+Every failure that reaches an MCP client is a ``ToolFailure`` rendered as an ``isError`` result without
+``structuredContent``: the error ``{code, message, retryable, details}`` is the JSON text
+``{"error": {...}}`` and sits in ``_meta["remoteops-gateway/error"]`` (``gateway._dispatch.error_result``).
+``code`` is always one of :class:`ErrorCode` — a closed vocabulary documented in the README (a test keeps
+the two in step).
 """
 
 from __future__ import annotations
@@ -103,7 +105,7 @@ class ConfigError(GatewayError):
 
 
 class ToolFailure(GatewayError):
-    """A structured tool error: what the MCP client receives in ``structuredContent.error``."""
+    """A structured tool error: what the MCP client receives as ``{"error": ...}`` (text and ``_meta``)."""
 
     def __init__(
         self,
