@@ -4,7 +4,9 @@
   default; deployments behind a reverse proxy list their names) → 421 / 403.
 * Bodies over the cap → 413.
 * Bearer authentication is on by default; the token file is generated (0600) on first run. No or wrong
-  token → 401 with ``WWW-Authenticate`` naming the RFC 9728 protected-resource metadata.
+  token → 401 with ``WWW-Authenticate: Bearer error="invalid_token"``. A static token is not OAuth: no
+  RFC 9728 protected-resource metadata is served or advertised (it would name an authorization server
+  that serves nothing, and clients would start an interactive OAuth flow); that belongs to an OAuth mode.
 * ``GET /healthz`` answers without auth: status only, no secrets, no tool data.
 """
 
@@ -134,11 +136,10 @@ def build_http_app(server: GatewayServer, settings: Settings, *, token: str | No
     auth = None
     verifier = None
     if token is not None:
-        auth = SdkAuthSettings(
-            issuer_url=settings.auth.issuer_url or url.removesuffix(settings.server.path),
-            resource_server_url=url,
-            validate_token_resource=False,
-        )
+        # The SDK's bearer middleware, configured as a plain resource: without resource_server_url it
+        # neither serves RFC 9728 metadata nor puts resource_metadata= into the 401's WWW-Authenticate.
+        # issuer_url is required by the model but unused without an authorization-server provider.
+        auth = SdkAuthSettings(issuer_url=url.removesuffix(settings.server.path), resource_server_url=None)
         verifier = StaticTokenVerifier(token)
     app = server.streamable_http_app(
         streamable_http_path=settings.server.path,
