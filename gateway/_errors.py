@@ -3,7 +3,8 @@
 Exception tree::
 
     GatewayError                     base of everything the gateway raises itself
-    ├── ConfigError                  bad configuration (startup fails; names key and source)
+    ├── ConfigError                  bad configuration or state files (startup fails; names key/path)
+    ├── StartupError                 the environment refuses to let it start (port in use; names it)
     └── ToolFailure                  a tool call failed; carries {code, message, retryable, details}
 
 Every failure that reaches an MCP client is a ``ToolFailure`` rendered as an ``isError`` result without
@@ -24,6 +25,7 @@ __all__ = [
     "ConfigError",
     "ErrorCode",
     "GatewayError",
+    "StartupError",
     "ToolFailure",
 ]
 
@@ -102,6 +104,10 @@ class ConfigError(GatewayError):
         if source:
             where += f" in {source}"
         super().__init__(f"{message}{' (' + where.strip() + ')' if where else ''}")
+
+
+class StartupError(GatewayError):
+    """The gateway cannot start for a reason outside its configuration's validity (e.g. a port in use)."""
 
 
 class ToolFailure(GatewayError):
