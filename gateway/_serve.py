@@ -29,6 +29,7 @@ from gateway._redact import Redactor
 from gateway._runtime import Runtime
 from gateway._sdnotify import Notifier
 from gateway._server import build_server
+from gateway._stdio import AnswerUnparseable
 from gateway.config import Settings
 
 __all__ = ["serve_http", "serve_stdio"]
@@ -51,7 +52,8 @@ async def serve_stdio(settings: Settings, specs: Sequence[AnySpec], redactor: Re
             tg.start_soon(_stop_on_signal, stop)
             async with stdio_server() as (read_stream, write_stream):
                 notifier.ready("serving on stdio")
-                await server.run(read_stream, write_stream, server.create_initialization_options())
+                answering = AnswerUnparseable(read_stream, write_stream)  # no line goes unanswered
+                await server.run(answering, write_stream, server.create_initialization_options())
             tg.cancel_scope.cancel()
         _ignore_further_terms()
 
