@@ -21,6 +21,7 @@ from remoteops import (
     CommandTimeout,
     ConnectError,
     HostKeyError,
+    InvalidRequest,
     PolicyDenied,
     ProbeError,
     RemoteOpsError,
@@ -77,6 +78,7 @@ def _upstream(exc: UpstreamError) -> ToolFailure:
 
 
 REMOTE_CODES: tuple[tuple[type[RemoteOpsError], ErrorCode], ...] = (
+    (InvalidRequest, ErrorCode.VALIDATION_ERROR),
     (PolicyDenied, ErrorCode.POLICY_DENIED),
     (UnknownTarget, ErrorCode.UNKNOWN_TARGET),
     (HostKeyError, ErrorCode.HOST_KEY_ERROR),
@@ -101,7 +103,8 @@ def _remote(exc: RemoteOpsError) -> ToolFailure:
         return ToolFailure(
             ErrorCode.INTERNAL_ERROR, exc.detail or type(exc).__name__, retryable=False, details=details
         )
-    for field in ("reason", "stage", "command_started", "exit_code", "time_limit_s", "remote_killed"):
+    fields = ("field", "reason", "stage", "command_started", "exit_code", "time_limit_s", "remote_killed")
+    for field in fields:
         if hasattr(exc, field):
             details[field] = getattr(exc, field)
     if isinstance(exc, TransportLost):
