@@ -19,7 +19,7 @@ from typing import Any, Self
 import anyio
 import mcp_types as types
 import structlog
-from mcp.shared._stream_protocols import ReadStream, WriteStream
+from mcp.shared._stream_protocols import ReadStream, WriteStream  # server.run() types; no public name
 from mcp.shared.message import SessionMessage
 from pydantic import ValidationError
 
