@@ -79,7 +79,7 @@ def error_result(failure: ToolFailure, redactor: Redactor | None = None) -> type
         payload = dict(redactor.any(payload))
     payload = _wire_safe(payload)
     return types.CallToolResult(
-        content=[types.TextContent(type="text", text=json.dumps({"error": payload}))],
+        content=[types.TextContent(type="text", text=json.dumps({"error": payload}, ensure_ascii=False))],
         is_error=True,
         meta={ERROR_META_KEY: payload},
     )

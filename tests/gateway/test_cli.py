@@ -15,6 +15,8 @@ import pytest
 from gateway._version import __version__
 from gateway.cli import _parser
 
+pytestmark = pytest.mark.slow  # each test spawns the command line (~1-2 s apiece)
+
 _TIMEOUT_S = 60
 
 

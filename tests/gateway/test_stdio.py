@@ -90,6 +90,7 @@ def test_stdout_carries_only_json_rpc(tmp_path: Path) -> None:
     assert errors == {4: -32602}
 
 
+@pytest.mark.slow  # spawns the gateway over stdio
 def test_unparseable_request_lines_are_answered_logged_and_serving_goes_on(tmp_path: Path) -> None:
     cfg = write_config(tmp_path / "g.toml", {"state_dir": str(tmp_path / "state")})
     init = {
