@@ -143,7 +143,7 @@ def upstream_secrets(settings: Settings) -> list[str]:
             if credential and scheme.lower() in ("bearer", "basic", "token"):
                 secrets.append(credential)
         if conn.bearer_token_file is not None:
-            with contextlib.suppress(OSError):  # read again on every connect; may appear later
+            with contextlib.suppress(OSError, ValueError):  # re-read on every connect; may appear later
                 secrets.append(conn.bearer_token_file.read_text(encoding="utf-8").strip())
     return secrets
 

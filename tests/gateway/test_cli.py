@@ -134,6 +134,18 @@ def test_config_check_masks_secrets_with_the_redactors_rules(tmp_path: Path) -> 
     assert str(tmp_path / "up-token") in out.stdout  # a path is no secret: it stays readable
 
 
+def test_an_upstream_token_file_that_is_not_utf8_does_not_crash_config_check(tmp_path: Path) -> None:
+    token = _private_token_file(tmp_path / "up-token", b"\xff\xfe\xfd")
+    cfg = tmp_path / "g.toml"
+    cfg.write_text(
+        "[[upstreams]]\n[upstreams.connection]\n"
+        f'name = "term"\ntransport = "http"\nurl = "http://127.0.0.1:1/mcp"\nbearer_token_file = "{token}"\n'
+    )
+    out = _cli("--config", str(cfg), "config", "check")
+    assert out.returncode == 0, out.stderr
+    assert "Traceback" not in out.stderr
+
+
 def test_config_check_piped_into_head_stops_without_a_traceback(tmp_path: Path) -> None:
     # Far more output than a pipe buffer holds, so the writer meets the closed pipe for sure.
     cfg = tmp_path / "g.toml"
