@@ -72,7 +72,7 @@ def _parser() -> argparse.ArgumentParser:
 
     parser = argparse.ArgumentParser(
         prog="remoteops-gateway",
-        description="An MCP gateway: relays an upstream terminal MCP server and adds structured "
+        description="An MCP gateway: relays an upstream terminal MCP server and adds structured\n"
         "remote-operations tools over an OpenSSH ControlMaster pool.",
         epilog=_EXAMPLES,
         formatter_class=argparse.RawDescriptionHelpFormatter,
