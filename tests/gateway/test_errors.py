@@ -25,7 +25,7 @@ import pytest
 import gateway
 import remoteops
 import upstream
-from gateway._dispatch import ERROR_META_KEY, error_payload
+from gateway._dispatch import ERROR_META_KEY, error_payload, unencodable_argument
 from gateway._errmap import translate
 from gateway._errors import ErrorCode, ToolFailure
 from remoteops import RemoteOpsError
@@ -105,6 +105,12 @@ async def test_a_lone_surrogate_in_an_argument_is_a_validation_error_naming_the_
     err = _error(result)
     assert err["code"] == "validation_error"
     assert err["details"] == {"argument": "env.A"}
+
+
+def test_unencodable_argument_finds_lone_surrogates_in_nested_values_and_keys() -> None:
+    assert unencodable_argument({"argv": ["ok", "bad\ud800"]}) == "argv[1]"
+    assert unencodable_argument({"env": {"\udfff": "x"}}) == "env.?"  # the path itself stays encodable
+    assert unencodable_argument({"env": {"A": "fine"}, "argv": ["é", "日本"]}) is None
 
 
 # --- every exception class maps onto the closed vocabulary -------------------------------------------
