@@ -4,11 +4,18 @@ Own tools are validated against their pydantic input model (unknown arguments re
 results rendered as ``structuredContent`` plus a short text. Relayed tools go to their upstream with
 arguments and results untouched. Every call — own or relayed, success or failure — leaves exactly one
 audit record. An unexpected exception becomes ``internal_error`` with an incident id that is also logged.
+
+A failure is an ``isError`` result **without** ``structuredContent`` (the TypeScript SDK validates
+``structuredContent`` against the tool's ``outputSchema`` on error results too, and would replace the
+gateway's answer by a schema error). The structured error ``{code, message, retryable, details}`` travels
+twice: as JSON ``{"error": {...}}`` in the one text block, and in the result's ``_meta`` under
+:data:`ERROR_META_KEY`. Its message and details pass the runtime's :class:`~gateway._redact.Redactor`.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import json
 import time
 import uuid
 from typing import TYPE_CHECKING, Any
@@ -22,25 +29,78 @@ from gateway._catalog import AnySpec
 from gateway._context import ToolContext
 from gateway._errmap import translate
 from gateway._errors import ErrorCode, ToolFailure
+from gateway._redact import Redactor
 from upstream import ElicitCallback, ProgressCallback, UpstreamRejected
 
 if TYPE_CHECKING:
     from gateway._runtime import Runtime
 
-__all__ = ["ProgressFn", "dispatch_call", "error_result", "oversized_argument"]
+__all__ = [
+    "ERROR_META_KEY",
+    "ProgressFn",
+    "dispatch_call",
+    "error_payload",
+    "error_result",
+    "oversized_argument",
+    "unencodable_argument",
+]
 
 ProgressFn = ProgressCallback
 
 _log = structlog.get_logger("gateway.dispatch")
 
 
-def error_result(failure: ToolFailure) -> types.CallToolResult:
+ERROR_META_KEY = "remoteops-gateway/error"
+"""The ``_meta`` key of a failed call's structured error (a namespaced key, as the MCP spec asks)."""
+
+_MAX_REASONS = 5
+_MAX_REASON_CHARS = 160
+
+
+def _safe_text(text: str) -> str:
+    """Lone surrogates (possible in Python strings, not in UTF-8) replaced, so the answer always encodes."""
+    return text if text.isascii() else text.encode("utf-8", "replace").decode("utf-8")
+
+
+def _wire_safe(value: Any) -> Any:
+    if isinstance(value, str):
+        return _safe_text(value)
+    if isinstance(value, dict):
+        return {_safe_text(str(k)): _wire_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_wire_safe(v) for v in value]
+    return value
+
+
+def error_result(failure: ToolFailure, redactor: Redactor | None = None) -> types.CallToolResult:
+    """The ``isError`` result for a failure: JSON text plus ``_meta``, no ``structuredContent``."""
     payload = failure.as_dict()
+    if redactor is not None:  # ssh's stderr and upstream messages end up here: scrub before they leave
+        payload = dict(redactor.any(payload))
+    payload = _wire_safe(payload)
     return types.CallToolResult(
-        content=[types.TextContent(type="text", text=f"{failure.code.value}: {failure.message}")],
-        structured_content={"error": payload},
+        content=[types.TextContent(type="text", text=json.dumps({"error": payload}, ensure_ascii=False))],
         is_error=True,
+        meta={ERROR_META_KEY: payload},
     )
+
+
+def error_payload(result: types.CallToolResult) -> dict[str, Any] | None:
+    """Read the structured error back from a result (``_meta`` first, else the JSON text); None if none."""
+    if not result.is_error:
+        return None
+    meta = (result.meta or {}).get(ERROR_META_KEY)
+    if isinstance(meta, dict):
+        return meta
+    for block in result.content:
+        if isinstance(block, types.TextContent):
+            try:
+                parsed = json.loads(block.text)
+            except ValueError:
+                continue
+            if isinstance(parsed, dict) and isinstance(parsed.get("error"), dict):
+                return dict(parsed["error"])
+    return None
 
 
 def oversized_argument(value: Any, cap: int, path: str = "") -> str | None:
@@ -60,23 +120,61 @@ def oversized_argument(value: Any, cap: int, path: str = "") -> str | None:
     return None
 
 
-def _validation_details(exc: ValidationError) -> dict[str, Any]:
-    # Never echo the offending input back: it may be a secret placed in the wrong field.
-    return {
+def unencodable_argument(value: Any, path: str = "") -> str | None:
+    """The path of the first string (or key) that is not valid Unicode (a lone surrogate), or None."""
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            return path or "(root)"
+        return None
+    if isinstance(value, dict):
+        for key, item in value.items():
+            sub = f"{path}.{key}" if path else str(key)
+            found = _safe_text(sub) if unencodable_argument(key) is not None else None
+            found = found or unencodable_argument(item, sub)
+            if found:
+                return _safe_text(found)
+    if isinstance(value, list):
+        for index, item in enumerate(value):
+            found = unencodable_argument(item, f"{path}[{index}]")
+            if found:
+                return found
+    return None
+
+
+def _clip(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _loc(loc: tuple[int | str, ...]) -> str:
+    out = ""
+    for part in loc:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return _clip(out or "(arguments)", 64)
+
+
+def _validation_failure(name: str, exc: ValidationError) -> ToolFailure:
+    """Field and reason of every error, bounded; never the offending input (it may be a misplaced secret)."""
+    errors = exc.errors(include_url=False, include_input=False, include_context=False)
+    reasons = [_clip(f"{_loc(err['loc'])}: {err['msg']}", _MAX_REASON_CHARS) for err in errors]
+    shown = "; ".join(reasons[:_MAX_REASONS])
+    if len(reasons) > _MAX_REASONS:
+        shown += f"; and {len(reasons) - _MAX_REASONS} more"
+    details = {
         "errors": [
-            {"loc": [str(p) for p in err["loc"]], "type": err["type"], "msg": err["msg"]}
-            for err in exc.errors()
+            {"loc": [str(p) for p in err["loc"]], "type": err["type"], "msg": _clip(err["msg"], 500)}
+            for err in errors[:50]
         ]
     }
+    return ToolFailure(ErrorCode.VALIDATION_ERROR, f"invalid arguments for {name}: {shown}", details=details)
 
 
 async def _run_own(spec: AnySpec, ctx: ToolContext, arguments: dict[str, Any]) -> types.CallToolResult:
     try:
         args = spec.input_model.model_validate(arguments)
     except ValidationError as exc:
-        raise ToolFailure(
-            ErrorCode.VALIDATION_ERROR, f"invalid arguments for {spec.name}", details=_validation_details(exc)
-        ) from None
+        raise _validation_failure(spec.name, exc) from None
     output: BaseModel = await spec.handler(ctx, args)
     return types.CallToolResult(
         content=[types.TextContent(type="text", text=spec.render(output))],
@@ -115,6 +213,13 @@ async def dispatch_call(
                 f"argument {too_big} exceeds {cap} bytes",
                 details={"argument": too_big, "limit_bytes": cap},
             )
+        not_unicode = unencodable_argument(arguments)
+        if not_unicode is not None:
+            raise ToolFailure(
+                ErrorCode.VALIDATION_ERROR,
+                f"argument {not_unicode} is not valid Unicode (lone surrogate)",
+                details={"argument": not_unicode},
+            )
         if own is not None:
             ctx = ToolContext(runtime=rt, request_id=request_id, principal=principal)
             if report_progress is not None:
@@ -151,7 +256,7 @@ async def dispatch_call(
                 details={"incident": incident},
             )
         outcome, code = "error", failure.code.value
-        return error_result(failure)
+        return error_result(failure, rt.redactor)
     finally:
         rt.audit.tool_call(
             request_id=request_id,

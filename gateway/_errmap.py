@@ -1,10 +1,19 @@
 """The one place where exceptions from remoteops and upstream become tool errors.
 
-``translate(exc)`` returns a :class:`ToolFailure` for every exception family the gateway knows, and
-``None`` for anything unexpected (the dispatcher turns that into ``internal_error`` with an incident id).
+``translate(exc)`` returns a :class:`ToolFailure` for every exception of the three trees the gateway
+knows (``ToolFailure``, ``RemoteOpsError``, ``UpstreamError``), and ``None`` for anything else (the
+dispatcher turns that into ``internal_error`` with an incident id).
+
+Each tree has a default for a subclass this module does not list, so a new exception never escapes as a
+crash: a ``RemoteOpsError`` takes the code of its nearest listed ancestor, else ``internal_error`` (with
+its target and detail kept); an ``UpstreamError`` takes its nearest listed ancestor, else
+``upstream_ambiguous`` — the one answer that never claims a call did not run. A test walks every subclass
+of every tree and requires an explicit entry for each, so the defaults only ever catch what is new.
 """
 
 from __future__ import annotations
+
+import structlog
 
 from gateway._errors import ErrorCode, ToolFailure
 from remoteops import (
@@ -24,31 +33,51 @@ from remoteops import (
 from upstream import (
     UpstreamAmbiguous,
     UpstreamCallTimeout,
+    UpstreamClosed,
     UpstreamError,
     UpstreamProtocolError,
+    UpstreamRejected,
     UpstreamUnavailable,
 )
 
-__all__ = ["translate"]
+__all__ = ["REMOTE_CODES", "UPSTREAM_CODES", "translate"]
+
+_log = structlog.get_logger("gateway.errmap")
+
+UPSTREAM_CODES: tuple[tuple[type[UpstreamError], ErrorCode], ...] = (
+    (UpstreamUnavailable, ErrorCode.UPSTREAM_UNAVAILABLE),  # includes UpstreamSessionLost
+    (UpstreamAmbiguous, ErrorCode.UPSTREAM_AMBIGUOUS),  # includes UpstreamCallTimeout
+    (UpstreamProtocolError, ErrorCode.UPSTREAM_AMBIGUOUS),
+    (UpstreamClosed, ErrorCode.UPSTREAM_UNAVAILABLE),  # not running: nothing was sent
+    # A JSON-RPC error from the upstream normally reaches the client unchanged (the dispatcher re-raises
+    # it); should one arrive here, the upstream answered and refused: it was delivered, so not retryable.
+    (UpstreamRejected, ErrorCode.UPSTREAM_AMBIGUOUS),
+)
+"""Explicit classification, most specific first; an unlisted subclass falls back to ``upstream_ambiguous``."""
 
 
 def _upstream(exc: UpstreamError) -> ToolFailure:
     details: dict[str, object] = {"upstream": exc.upstream}
+    code = next((code for cls, code in UPSTREAM_CODES if isinstance(exc, cls)), None)
+    if code is None:
+        _log.warning("unclassified_upstream_error", error=type(exc).__name__)
+        details.update(error=type(exc).__name__, may_have_run=True)
+        return ToolFailure(ErrorCode.UPSTREAM_AMBIGUOUS, str(exc), retryable=False, details=details)
     if isinstance(exc, UpstreamUnavailable):
         details.update(state=exc.state, waited_s=round(exc.waited_s, 3), last_error=exc.last_error)
-        return ToolFailure(ErrorCode.UPSTREAM_UNAVAILABLE, str(exc), retryable=True, details=details)
-    if isinstance(exc, UpstreamAmbiguous):
+    elif isinstance(exc, UpstreamAmbiguous):
         details.update(tool=exc.tool, elapsed_s=round(exc.elapsed_s, 3), cause=exc.cause, may_have_run=True)
         if isinstance(exc, UpstreamCallTimeout):
             details["timeout_s"] = exc.timeout_s
-        return ToolFailure(ErrorCode.UPSTREAM_AMBIGUOUS, str(exc), retryable=False, details=details)
-    if isinstance(exc, UpstreamProtocolError):
+    elif isinstance(exc, UpstreamProtocolError):
         details.update(method=exc.method, may_have_run=True)
-        return ToolFailure(ErrorCode.UPSTREAM_AMBIGUOUS, str(exc), retryable=False, details=details)
-    return ToolFailure(ErrorCode.UPSTREAM_UNAVAILABLE, str(exc), retryable=True, details=details)
+    elif isinstance(exc, UpstreamRejected):
+        details.update(method=exc.method, jsonrpc_code=exc.code)
+    retryable = code is ErrorCode.UPSTREAM_UNAVAILABLE
+    return ToolFailure(code, str(exc), retryable=retryable, details=details)
 
 
-_REMOTE_CODES: tuple[tuple[type[RemoteOpsError], ErrorCode], ...] = (
+REMOTE_CODES: tuple[tuple[type[RemoteOpsError], ErrorCode], ...] = (
     (InvalidRequest, ErrorCode.VALIDATION_ERROR),
     (PolicyDenied, ErrorCode.POLICY_DENIED),
     (UnknownTarget, ErrorCode.UNKNOWN_TARGET),
@@ -61,11 +90,19 @@ _REMOTE_CODES: tuple[tuple[type[RemoteOpsError], ErrorCode], ...] = (
     (ProbeError, ErrorCode.MISSING_REMOTE_CAPABILITY),
     (TransportError, ErrorCode.CONNECT_ERROR),
 )
+"""Explicit classification, most specific first; an unlisted direct subclass of ``RemoteOpsError``
+falls back to ``internal_error`` (logged, with its target and detail)."""
 
 
 def _remote(exc: RemoteOpsError) -> ToolFailure:
-    code = next(code for cls, code in _REMOTE_CODES if isinstance(exc, cls))
+    code = next((code for cls, code in REMOTE_CODES if isinstance(exc, cls)), None)
     details: dict[str, object] = {"target": exc.target, "detail": exc.detail}
+    if code is None:
+        _log.warning("unclassified_remoteops_error", error=type(exc).__name__, target=exc.target)
+        details["error"] = type(exc).__name__
+        return ToolFailure(
+            ErrorCode.INTERNAL_ERROR, exc.detail or type(exc).__name__, retryable=False, details=details
+        )
     fields = ("field", "reason", "stage", "command_started", "exit_code", "time_limit_s", "remote_killed")
     for field in fields:
         if hasattr(exc, field):

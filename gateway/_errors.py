@@ -3,12 +3,15 @@
 Exception tree::
 
     GatewayError                     base of everything the gateway raises itself
-    ├── ConfigError                  bad configuration (startup fails; names key and source)
+    ├── ConfigError                  bad configuration or state files (startup fails; names key/path)
+    ├── StartupError                 the environment refuses to let it start (port in use; names it)
     └── ToolFailure                  a tool call failed; carries {code, message, retryable, details}
 
-Every failure that reaches an MCP client is a ``ToolFailure`` rendered as an ``isError`` result whose
-``structuredContent`` is ``{"error": {code, message, retryable, details}}``. ``code`` is always one of
-:class:`ErrorCode` — a closed vocabulary documented in the README (a test keeps the two in step).
+Every failure that reaches an MCP client is a ``ToolFailure`` rendered as an ``isError`` result without
+``structuredContent``: the error ``{code, message, retryable, details}`` is the JSON text
+``{"error": {...}}`` and sits in ``_meta["remoteops-gateway/error"]`` (``gateway._dispatch.error_result``).
+``code`` is always one of :class:`ErrorCode` — a closed vocabulary documented in the README (a test keeps
+the two in step).
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ __all__ = [
     "ConfigError",
     "ErrorCode",
     "GatewayError",
+    "StartupError",
     "ToolFailure",
 ]
 
@@ -102,8 +106,12 @@ class ConfigError(GatewayError):
         super().__init__(f"{message}{' (' + where.strip() + ')' if where else ''}")
 
 
+class StartupError(GatewayError):
+    """The gateway cannot start for a reason outside its configuration's validity (e.g. a port in use)."""
+
+
 class ToolFailure(GatewayError):
-    """A structured tool error: what the MCP client receives in ``structuredContent.error``."""
+    """A structured tool error: what the MCP client receives as ``{"error": ...}`` (text and ``_meta``)."""
 
     def __init__(
         self,

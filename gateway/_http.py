@@ -4,7 +4,9 @@
   default; deployments behind a reverse proxy list their names) → 421 / 403.
 * Bodies over the cap → 413.
 * Bearer authentication is on by default; the token file is generated (0600) on first run. No or wrong
-  token → 401 with ``WWW-Authenticate`` naming the RFC 9728 protected-resource metadata.
+  token → 401 with ``WWW-Authenticate: Bearer error="invalid_token"``. A static token is not OAuth: no
+  RFC 9728 protected-resource metadata is served or advertised (it would name an authorization server
+  that serves nothing, and clients would start an interactive OAuth flow); that belongs to an OAuth mode.
 * ``GET /healthz`` answers without auth: status only, no secrets, no tool data.
 """
 
@@ -59,17 +61,40 @@ def public_url(settings: Settings, port: int) -> str:
     return f"http://{shown}:{port}{settings.server.path}"
 
 
-def ensure_token(path: Path) -> str:
-    """Read the bearer token, generating a fresh one (mode 0600, parent 0700) when the file is missing."""
+def _generate_token(path: Path) -> str:
     try:
-        token = path.read_text(encoding="utf-8").strip()
-    except FileNotFoundError:
         path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
         token = secrets.token_urlsafe(32)
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
             fh.write(token + "\n")
-        return token
+    except OSError as exc:
+        raise ConfigError(
+            f"cannot create the bearer token file: {exc.strerror or exc}", source=str(path)
+        ) from None
+    return token
+
+
+def ensure_token(path: Path) -> str:
+    """Read the bearer token, generating a fresh one (mode 0600, parent 0700) when the file is missing.
+
+    Every way the file can be unusable is a :class:`ConfigError` naming the path: not UTF-8, a directory,
+    unreadable, too short, readable by others, or holding control characters (a token is sent in an HTTP
+    header, where those are refused or cut)."""
+    try:
+        token = path.read_text(encoding="utf-8").strip()
+    except FileNotFoundError:
+        return _generate_token(path)
+    except UnicodeDecodeError:
+        raise ConfigError("bearer token file is not valid UTF-8", source=str(path)) from None
+    except IsADirectoryError:
+        raise ConfigError("bearer token path is a directory, not a file", source=str(path)) from None
+    except OSError as exc:
+        raise ConfigError(
+            f"cannot read the bearer token file: {exc.strerror or exc}", source=str(path)
+        ) from None
+    if any(ord(ch) < 0x20 or 0x7F <= ord(ch) <= 0x9F for ch in token):
+        raise ConfigError("bearer token contains control characters", source=str(path))
     if len(token) < 16:
         raise ConfigError("bearer token is shorter than 16 characters", source=str(path))
     if path.stat().st_mode & 0o077:
@@ -134,11 +159,10 @@ def build_http_app(server: GatewayServer, settings: Settings, *, token: str | No
     auth = None
     verifier = None
     if token is not None:
-        auth = SdkAuthSettings(
-            issuer_url=settings.auth.issuer_url or url.removesuffix(settings.server.path),
-            resource_server_url=url,
-            validate_token_resource=False,
-        )
+        # The SDK's bearer middleware, configured as a plain resource: without resource_server_url it
+        # neither serves RFC 9728 metadata nor puts resource_metadata= into the 401's WWW-Authenticate.
+        # issuer_url is required by the model but unused without an authorization-server provider.
+        auth = SdkAuthSettings(issuer_url=url.removesuffix(settings.server.path), resource_server_url=None)
         verifier = StaticTokenVerifier(token)
     app = server.streamable_http_app(
         streamable_http_path=settings.server.path,

@@ -1,13 +1,28 @@
-"""The one redaction path for everything that leaves the process (audit records, logs, error details).
+"""The one redaction path for everything that leaves the process.
+
+One :class:`Redactor` per process (built by the command line, held by the runtime), and exactly these
+pass through it:
+
+* **error details returned to clients** — message and details of every ``isError`` result the gateway
+  makes (they carry ssh's stderr and upstream messages): ``Redactor.any`` in ``_dispatch.error_result``;
+* **logs** — every structlog event and stdlib log line on stderr (``_logging``);
+* **audit records** — tool arguments by ``Redactor.arguments``, the rest of each record by ``Redactor.any``
+  (``_audit``);
+* **``config check``** — the printed effective configuration, by ``Redactor.arguments`` (``cli``);
+* **health** — the upstream section of ``gateway_health`` (last errors), by ``Redactor.any``.
+
+Successful tool results (a command's stdout, a relayed tool's answer) are the caller's data and are not
+rewritten.
 
 Two mechanisms, applied together:
 
-* **digesting by key** — values under sensitive keys (password, secret, token, key, content, stdin, text,
-  and every value of an ``env`` mapping) are replaced by ``{"len": N, "sha256_prefix": "..."}`` so an
-  operator can correlate a call without the value ever being written;
+* **digesting by key** — values under sensitive keys (password, secret, token, key, credential, content,
+  stdin, text, authorization, cookie) and every value of an ``env`` or ``headers`` mapping are replaced by
+  ``{"len": N, "sha256_prefix": "..."}`` so an operator can correlate without the value being written;
+  keys naming a file, path or directory (``token_file``, ``bearer_token_file``…) hold paths and stay;
 * **pattern redaction** — every remaining string is scrubbed of ``password=…``, ``token=…``,
   ``api_key=…``, ``secret=…``, ``Authorization: Bearer|Basic|Token …`` and PEM private-key blocks, and of
-  any *known secret* registered at runtime (the bearer token, upstream tokens).
+  any *known secret* registered at runtime (the bearer token, upstream credentials).
 """
 
 from __future__ import annotations
@@ -24,7 +39,9 @@ _SENSITIVE_KEY = re.compile(
     r"^data$|authorization|cookie)",
     re.IGNORECASE,
 )
-_ENV_KEYS = frozenset({"env", "environment"})
+_PATH_KEY = re.compile(r"_(file|path|dir)$", re.IGNORECASE)
+_ALL_VALUES_SECRET = frozenset({"env", "environment", "headers"})
+"""Mappings whose every value is sensitive whatever its key (``X-Api-Key``, ``PGPASSWORD``…)."""
 
 _PATTERNS: tuple[tuple[re.Pattern[str], str], ...] = (
     (
@@ -82,12 +99,13 @@ class Redactor:
         """Redact tool arguments: digest sensitive keys and env values, pattern-scrub the rest."""
         if in_env and key is not None:
             return digest(value)
-        if key is not None and _SENSITIVE_KEY.search(key) and not isinstance(value, (bool, int, float)):
+        sensitive = key is not None and _SENSITIVE_KEY.search(key) and not _PATH_KEY.search(key)
+        if sensitive and not isinstance(value, (bool, int, float)):
             if value is None:
                 return None
             return digest(value)
         if isinstance(value, Mapping):
-            is_env = key is not None and key.lower() in _ENV_KEYS
+            is_env = key is not None and key.lower() in _ALL_VALUES_SECRET
             return {str(k): self.arguments(v, key=str(k), in_env=is_env) for k, v in value.items()}
         if isinstance(value, (list, tuple)):
             return [self.arguments(v) for v in value]

@@ -104,7 +104,7 @@ class Runtime:
         )
         lines.extend(self.relay.describe())
         lines.append(
-            "Tool failures are isError results with structuredContent.error = {code, message, retryable, "
-            "details}; transport_lost and upstream_ambiguous mean the action may or may not have run."
+            'Tool failures are isError results whose text is JSON {"error": {code, message, retryable, '
+            "details}}; transport_lost and upstream_ambiguous mean the action may or may not have run."
         )
         return "\n".join(lines)

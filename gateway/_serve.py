@@ -7,6 +7,7 @@ HTTP shutdown: SIGTERM/SIGINT → ``STOPPING=1`` → stop accepting → in-fligh
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
 import signal
@@ -22,11 +23,13 @@ import uvicorn
 from mcp.server.stdio import stdio_server
 
 from gateway._catalog import AnySpec
+from gateway._errors import StartupError
 from gateway._http import build_http_app, check_auth_choice, public_url
 from gateway._redact import Redactor
 from gateway._runtime import Runtime
 from gateway._sdnotify import Notifier
 from gateway._server import build_server
+from gateway._stdio import AnswerUnparseable
 from gateway.config import Settings
 
 __all__ = ["serve_http", "serve_stdio"]
@@ -49,7 +52,8 @@ async def serve_stdio(settings: Settings, specs: Sequence[AnySpec], redactor: Re
             tg.start_soon(_stop_on_signal, stop)
             async with stdio_server() as (read_stream, write_stream):
                 notifier.ready("serving on stdio")
-                await server.run(read_stream, write_stream, server.create_initialization_options())
+                answering = AnswerUnparseable(read_stream, write_stream)  # no line goes unanswered
+                await server.run(answering, write_stream, server.create_initialization_options())
             tg.cancel_scope.cancel()
         _ignore_further_terms()
 
@@ -81,13 +85,20 @@ def _ignore_further_terms() -> None:
 
 
 def _bind(host: str, port: int) -> socket.socket:
+    """The listening socket, or a StartupError naming host:port and the reason (in use, not local…)."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     # proto=IPPROTO_TCP matters: asyncio only sets TCP_NODELAY on accepted sockets whose proto says TCP;
     # without it a response written as headers + body waits ~40 ms (Nagle + the client's delayed ACK).
     sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind((host, port))
-    sock.listen(128)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+        sock.listen(128)
+    except OSError as exc:
+        sock.close()
+        shown = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+        reason = "address already in use" if exc.errno == errno.EADDRINUSE else (exc.strerror or str(exc))
+        raise StartupError(f"cannot listen on {shown}: {reason}") from None
     sock.set_inheritable(True)
     return sock
 

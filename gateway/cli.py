@@ -1,9 +1,12 @@
 """The ``remoteops-gateway`` command line.
 
-remoteops-gateway serve --stdio | --http [--config PATH] [--host H] [--port N] [--ready-file F]
-remoteops-gateway demo [--stdio] [--port N]
-remoteops-gateway config check [--config PATH]
+remoteops-gateway [--config PATH] serve --stdio | --http [--host H] [--port N] [--ready-file F]
+remoteops-gateway [--config PATH] demo [--stdio] [--port N] [--ready-file F] [--workdir DIR]
+remoteops-gateway [--config PATH] config check
 remoteops-gateway tools [--markdown]
+
+``--config`` is accepted before or after the subcommand. Startup problems (bad configuration, unusable
+state files, a port in use) are one line on stderr and exit status 2, never a traceback.
 """
 
 from __future__ import annotations
@@ -11,67 +14,120 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import os
+import shutil
 import sys
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from pathlib import Path
-from typing import Any
 
 import anyio
 
 from gateway._catalog import AnySpec, build_catalog
 from gateway._demo import demo_settings
-from gateway._errors import ConfigError
+from gateway._errors import ConfigError, GatewayError
 from gateway._http import ensure_token
 from gateway._logging import configure_logging
 from gateway._redact import Redactor
 from gateway._serve import serve_http, serve_stdio
+from gateway._version import __version__
 from gateway.config import Settings, load_settings
 from gateway.tools import all_specs
 
 __all__ = ["main"]
 
-_SECRET_FIELD_HINTS = ("token", "password", "secret", "header", "authorization", "env")
+_EXAMPLES = """\
+examples:
+  remoteops-gateway demo                                  try it: embedded target "demo", HTTP
+  remoteops-gateway serve --stdio --config gateway.toml   for clients that spawn the server
+  remoteops-gateway serve --http --config gateway.toml    streamable HTTP with a bearer token
+  remoteops-gateway config check --config gateway.toml    validate; print the effective settings
+  remoteops-gateway tools --markdown                      the own-tool catalog
+
+--config may also come from $REMOTEOPS_GATEWAY_CONFIG; any key can be overridden with
+REMOTEOPS_GATEWAY__SECTION__KEY=value (e.g. REMOTEOPS_GATEWAY__SERVER__PORT=9000).
+"""
+
+_CONFIG_HELP = "TOML configuration file (default: $REMOTEOPS_GATEWAY_CONFIG, else built-in defaults)"
 
 
-def _mask(value: Any, key: str = "") -> Any:
-    """Mask secret-bearing values (tokens, passwords, headers, env values); file paths stay visible."""
-    lowered = key.lower()
-    if value and any(h in lowered for h in _SECRET_FIELD_HINTS) and not lowered.endswith(("_file", "_path")):
-        return "***"
-    if isinstance(value, dict):
-        return {k: _mask(v, k) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_mask(v, key) for v in value]
-    return value
+def _add_config(parser: argparse.ArgumentParser, *, top: bool = False) -> None:
+    # After the subcommand too; SUPPRESS keeps a subcommand's missing --config from erasing the top one.
+    parser.add_argument(
+        "--config", type=Path, metavar="PATH", help=_CONFIG_HELP, default=None if top else argparse.SUPPRESS
+    )
 
 
 def _parser() -> argparse.ArgumentParser:
+    def sub_parser(name: str, help_text: str, epilog: str | None = None) -> argparse.ArgumentParser:
+        made = sub.add_parser(
+            name,
+            help=help_text,
+            description=help_text[0].upper() + help_text[1:] + ".",
+            epilog=epilog,
+            formatter_class=argparse.RawDescriptionHelpFormatter,
+        )
+        _add_config(made)
+        return made
+
     parser = argparse.ArgumentParser(
-        prog="remoteops-gateway", description=__doc__.splitlines()[0] if __doc__ else ""
+        prog="remoteops-gateway",
+        description="An MCP gateway: relays an upstream terminal MCP server and adds structured\n"
+        "remote-operations tools over an OpenSSH ControlMaster pool.",
+        epilog=_EXAMPLES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("--config", type=Path, help="TOML configuration file (or $REMOTEOPS_GATEWAY_CONFIG)")
-    sub = parser.add_subparsers(dest="command", required=True)
+    parser.add_argument("--version", action="version", version=f"remoteops-gateway {__version__}")
+    _add_config(parser, top=True)
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    serve = sub.add_parser("serve", help="serve MCP over stdio or streamable HTTP")
+    serve = sub_parser(
+        "serve",
+        "serve MCP over stdio or streamable HTTP",
+        "examples:\n  remoteops-gateway serve --stdio --config gateway.toml\n"
+        "  remoteops-gateway serve --http --config gateway.toml --port 9000",
+    )
     mode = serve.add_mutually_exclusive_group(required=True)
-    mode.add_argument("--stdio", action="store_true")
-    mode.add_argument("--http", action="store_true")
-    serve.add_argument("--host")
-    serve.add_argument("--port", type=int)
-    serve.add_argument("--ready-file", type=Path, help="write {url, port, token_file} as JSON once serving")
+    mode.add_argument(
+        "--stdio",
+        action="store_true",
+        help="one MCP connection on stdin/stdout (no auth: whoever spawns the process owns it)",
+    )
+    mode.add_argument(
+        "--http", action="store_true", help="streamable HTTP at server.host:server.port/server.path"
+    )
+    serve.add_argument("--host", help="bind address for --http (overrides server.host)")
+    serve.add_argument(
+        "--port", type=int, help="TCP port for --http, 0 = any free port (overrides server.port)"
+    )
+    serve.add_argument(
+        "--ready-file",
+        type=Path,
+        metavar="FILE",
+        help="once serving, write {url, port, pid, token_file, ...} to FILE as JSON (for supervisors, tests)",
+    )
 
-    demo = sub.add_parser("demo", help="start an embedded SSH target 'demo' and serve the gateway against it")
+    demo = sub_parser(
+        "demo",
+        "start an embedded SSH target 'demo' and serve the gateway against it",
+        "examples:\n  remoteops-gateway demo\n  remoteops-gateway demo --stdio",
+    )
     demo.add_argument("--stdio", action="store_true", help="serve over stdio instead of HTTP")
-    demo.add_argument("--port", type=int, default=None)
-    demo.add_argument("--ready-file", type=Path)
+    demo.add_argument("--port", type=int, default=None, help="TCP port for HTTP (default server.port)")
+    demo.add_argument("--ready-file", type=Path, metavar="FILE", help="as for serve: JSON once serving")
     demo.add_argument("--workdir", type=Path, help="where keys, ssh_config and the sandbox live")
 
-    config = sub.add_parser("config", help="configuration commands")
-    config_sub = config.add_subparsers(dest="config_command", required=True)
-    config_sub.add_parser("check", help="validate and print the effective configuration, secrets masked")
+    config = sub_parser("config", "configuration commands")
+    config_sub = config.add_subparsers(dest="config_command", required=True, metavar="SUBCOMMAND")
+    check = config_sub.add_parser(
+        "check",
+        help="validate and print the effective configuration, secrets masked",
+        description="Validate the configuration, print it (JSON, secrets digested) on stdout, warnings "
+        "and a one-line verdict on stderr. Exit status 0 when valid, 2 when not.",
+    )
+    _add_config(check)
 
-    tools = sub.add_parser("tools", help="print the own-tool catalog")
+    tools = sub_parser("tools", "print the own-tool catalog")
     tools.add_argument("--markdown", action="store_true", help="as the README's Markdown table")
     return parser
 
@@ -87,9 +143,63 @@ def upstream_secrets(settings: Settings) -> list[str]:
             if credential and scheme.lower() in ("bearer", "basic", "token"):
                 secrets.append(credential)
         if conn.bearer_token_file is not None:
-            with contextlib.suppress(OSError):  # read again on every connect; may appear later
+            with contextlib.suppress(OSError, ValueError):  # re-read on every connect; may appear later
                 secrets.append(conn.bearer_token_file.read_text(encoding="utf-8").strip())
     return secrets
+
+
+def config_warnings(settings: Settings) -> list[str]:
+    """What ``config check`` can see will not work although the configuration is valid."""
+    warnings: list[str] = []
+    for entry in settings.upstreams:
+        conn = entry.connection
+        if conn.transport != "stdio" or not conn.command:
+            continue
+        program = conn.command[0]
+        search = conn.env.get("PATH", os.environ.get("PATH", os.defpath))
+        if "/" in program:
+            cwd = conn.cwd or Path.cwd()
+            path = Path(program) if Path(program).is_absolute() else cwd / program
+            found = path.is_file() and os.access(path, os.X_OK)
+        else:
+            found = shutil.which(program, path=search) is not None
+        if not found:
+            warnings.append(
+                f"upstream {conn.name!r}: command {program!r} not found on PATH (or not executable); "
+                "the upstream will stay unavailable until it is installed"
+            )
+    return warnings
+
+
+def _config_check(settings: Settings) -> int:
+    specs = all_specs()
+    catalog = build_catalog(specs, **settings.tools.model_dump())  # toolset and tool names validated too
+    redactor = Redactor(upstream_secrets(settings))
+    print(json.dumps(redactor.arguments(settings.model_dump(mode="json")), indent=2))
+    warnings = config_warnings(settings)
+    for line in warnings:
+        print(f"warning: {line}", file=sys.stderr)
+    verdict = (
+        f"{len(settings.targets)} target(s), {len(settings.upstreams)} upstream(s), "
+        f"{len(catalog.enabled)} own tool(s) enabled"
+    )
+    if warnings:
+        verdict += f"; {len(warnings)} warning(s) above"
+    print(f"remoteops-gateway: configuration OK: {verdict}", file=sys.stderr)
+    return 0
+
+
+def _prepare_state_dir(settings: Settings) -> None:
+    """The state directory exists (0700) and is a directory, or a ConfigError names the path."""
+    state = settings.state_dir
+    if state.exists() and not state.is_dir():
+        raise ConfigError(f"state directory {state} exists and is not a directory", key="state_dir")
+    try:
+        state.mkdir(parents=True, exist_ok=True, mode=0o700)
+    except OSError as exc:
+        raise ConfigError(
+            f"cannot create state directory {state}: {exc.strerror or exc}", key="state_dir"
+        ) from None
 
 
 def _with_overrides(settings: Settings, host: str | None, port: int | None) -> Settings:
@@ -131,6 +241,7 @@ def _serve(
     prepare: Prepare = _as_is,
 ) -> None:
     """Serve; ``prepare`` may start something first (the demo target) and adjust the settings."""
+    _prepare_state_dir(settings)
     redactor = Redactor()
     token: str | None = None
     if not stdio and settings.auth.mode == "bearer":
@@ -150,50 +261,80 @@ def _serve(
                     effective, specs, redactor, token=token, ready_file=ready_file, show_token=show_token
                 )
 
-    anyio.run(run)
+    try:
+        anyio.run(run)
+    except BaseExceptionGroup as group:  # a startup error raised inside a task group (the demo target)
+        _raise_sole_gateway_error(group)
+        raise
+
+
+def _raise_sole_gateway_error(group: BaseExceptionGroup[BaseException]) -> None:
+    """When every exception in the group is a GatewayError, raise the first one plainly."""
+    matched, rest = group.split(GatewayError)
+    if matched is not None and rest is None:
+        leaf: BaseException = matched
+        while isinstance(leaf, BaseExceptionGroup):
+            leaf = leaf.exceptions[0]
+        raise leaf from None
+
+
+def _quiet_broken_pipe() -> int:
+    """The reader went away (``… | head``): stop quietly, and keep the interpreter's final flush quiet."""
+    with contextlib.suppress(OSError, ValueError):
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    return 141  # what a shell reports for a command ended by SIGPIPE
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
-        settings = load_settings(args.config)
-        if args.command == "config":
-            build_catalog(
-                all_specs(), **settings.tools.model_dump()
-            )  # toolset and tool names are validated too
-            print(json.dumps(_mask(settings.model_dump(mode="json")), indent=2))
-            return 0
-        if args.command == "tools":
-            specs = all_specs()
-            if args.markdown:
-                print(catalog_markdown(specs))
-            else:
-                for s in specs:
-                    print(f"{s.name:28} {s.toolset.value:9} {s.title}")
-            return 0
-        if args.command == "serve":
-            settings = _with_overrides(settings, args.host, args.port)
-            _serve(settings, stdio=args.stdio, ready_file=args.ready_file)
-            return 0
-        if args.command == "demo":
-            settings = _with_overrides(settings, None, args.port)
-
-            def prepare(s: Settings) -> AbstractAsyncContextManager[Settings]:
-                return demo_settings(s, args.workdir)
-
-            _serve(
-                settings,
-                stdio=args.stdio,
-                ready_file=args.ready_file,
-                show_token=not args.stdio,
-                prepare=prepare,
-            )
-            return 0
+        return _run(args)
     except ConfigError as exc:
         print(f"remoteops-gateway: configuration error: {exc}", file=sys.stderr)
         return 2
+    except GatewayError as exc:
+        print(f"remoteops-gateway: {exc}", file=sys.stderr)
+        return 2
+    except BrokenPipeError:
+        return _quiet_broken_pipe()
     except KeyboardInterrupt:
         return 130
+
+
+def _run(args: argparse.Namespace) -> int:
+    if args.command == "tools":  # needs no configuration
+        specs = all_specs()
+        if args.markdown:
+            print(catalog_markdown(specs))
+        else:
+            for s in specs:
+                print(f"{s.name:28} {s.toolset.value:9} {s.title}")
+        sys.stdout.flush()  # a closed pipe surfaces here, inside main's handler
+        return 0
+    settings = load_settings(args.config)
+    if args.command == "config":
+        code = _config_check(settings)
+        sys.stdout.flush()
+        return code
+    if args.command == "serve":
+        settings = _with_overrides(settings, args.host, args.port)
+        _serve(settings, stdio=args.stdio, ready_file=args.ready_file)
+        return 0
+    if args.command == "demo":
+        settings = _with_overrides(settings, None, args.port)
+
+        def prepare(s: Settings) -> AbstractAsyncContextManager[Settings]:
+            return demo_settings(s, args.workdir)
+
+        _serve(
+            settings,
+            stdio=args.stdio,
+            ready_file=args.ready_file,
+            show_token=not args.stdio,
+            prepare=prepare,
+        )
+        return 0
     return 2
 
 

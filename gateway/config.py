@@ -83,8 +83,6 @@ class AuthSettings(BaseModel):
     mode: Literal["bearer", "none"] = "bearer"
     token_file: Path | None = None
     """Bearer token file; generated (0600) under the state directory on first run when unset."""
-    issuer_url: str | None = None
-    """Authorization server advertised in RFC 9728 metadata (defaults to the gateway's own URL)."""
     allow_no_auth: bool = False
     """Must be true (and the bind loopback) for ``mode = "none"`` — turning auth off is explicit."""
 

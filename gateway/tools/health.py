@@ -55,7 +55,7 @@ async def gateway_health(ctx: ToolContext, _: HealthIn) -> HealthOut:
         filtered_out=list(rt.catalog.filtered_out),
         audit=AuditHealth.model_validate(rt.audit.status()),
         transport=rt.remote.stats().model_dump(mode="json"),
-        upstreams=rt.relay.health(),
+        upstreams=rt.redactor.any(rt.relay.health()),  # last errors may quote credentials
     )
 
 

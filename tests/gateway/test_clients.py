@@ -58,8 +58,12 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import httpx2
 import pytest
+from mcp import Client
+from mcp.client.streamable_http import streamable_http_client
 
+from gateway._dispatch import error_payload
 from tests.fixtures.gateway_proc import GatewayProcess, run_gateway
 from tests.fixtures.node_tools import (
     CONFORMANCE,
@@ -69,6 +73,7 @@ from tests.fixtures.node_tools import (
     ToolRun,
     ensure_tool,
 )
+from tests.fixtures.sshd import SshdInstance
 
 pytestmark = pytest.mark.slow
 
@@ -328,7 +333,91 @@ def test_the_inspector_cli_without_a_token_is_refused_as_auth_required(
     run = _inspect(inspector, authed_gateway, tmp_path, "--method", "tools/list", token=False)
     assert run.returncode != 0, run.describe()
     assert run.stdout.strip() == "", run.describe()
-    assert json.loads(run.stderr)["error"]["code"] == "auth_required", run.describe()
+    error = json.loads(run.stderr.strip().splitlines()[-1])["error"]
+    assert error["code"] == "auth_required", run.describe()
+    assert "invalid_token" in error["message"], run.describe()  # the gateway's own 401 answer
+
+
+def test_the_inspector_cli_with_the_bearer_header_never_starts_an_oauth_flow(
+    inspector: InstalledTool, authed_gateway: GatewayProcess, tmp_path: Path
+) -> None:
+    # Without --stored-auth-only: a client that took the gateway for an OAuth server would say so here.
+    argv = ["--cli", authed_gateway.url, "--transport", "http", "--method", "tools/call", "--tool-name"]
+    argv += ["gateway_health", "--format", "json"]
+    argv += ["--header", f"Authorization: Bearer {authed_gateway.token}"]
+    run = inspector.run(argv, timeout_s=CLIENT_TIMEOUT_S, home=tmp_path)
+    result = _json_result(run, authed_gateway)
+    assert result.get("isError") is False
+    assert "OAuth" not in run.stderr, run.describe()
+
+
+# --- failures as the TypeScript SDK client sees them ---------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def ghost_gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayProcess]:
+    """A gateway with one target whose host name does not resolve."""
+    config = {"targets": [{"name": "ghost", "host": "rog-no-such-host.invalid"}]}
+    with run_gateway(tmp_path_factory.mktemp("gw-ghost"), config) as gw:
+        yield gw
+
+
+def _failed_call(
+    inspector: InstalledTool, gw: GatewayProcess, home: Path, tool: str, *tool_args: str
+) -> dict[str, Any]:
+    """Call a tool that fails; the Inspector shows the gateway's error (no outputSchema complaint)."""
+    args = [a for pair in tool_args for a in ("--tool-arg", pair)]
+    run = _inspect(inspector, gw, home, "--method", "tools/call", "--tool-name", tool, *args)
+    context = f"{run.describe()}\n--- gateway stderr ---\n{gw.stderr_text()[-4000:]}"
+    payload = json.loads(run.stdout)
+    result = payload["result"]
+    assert result["isError"] is True, context
+    assert "structuredContent" not in result, context
+    last = json.loads(run.stderr.strip().splitlines()[-1])["error"]
+    assert last["code"] == "tool_is_error", context  # not an output-schema validation failure
+    from_text = json.loads(result["content"][0]["text"])["error"]
+    from_meta = result["_meta"]["remoteops-gateway/error"]
+    assert from_text == from_meta, context
+    assert from_meta["message"], context
+    return dict(from_meta)
+
+
+@pytest.mark.parametrize(
+    ("tool_args", "code"),
+    [
+        (("target=nowhere", 'argv=["true"]'), "policy_denied"),
+        (("target=ghost", 'argv=["true"]'), "unknown_target"),
+        (("target=ghost", "command=ls"), "validation_error"),
+    ],
+    ids=["target-not-configured", "host-does-not-resolve", "command-instead-of-argv"],
+)
+def test_the_inspector_cli_shows_the_gateways_error_code_and_message_for_a_failing_tool(
+    inspector: InstalledTool,
+    ghost_gateway: GatewayProcess,
+    tmp_path: Path,
+    tool_args: tuple[str, ...],
+    code: str,
+) -> None:
+    error = _failed_call(inspector, ghost_gateway, tmp_path, "remote_exec", *tool_args)
+    assert error["code"] == code
+    if code == "validation_error":
+        assert "command" in error["message"]  # the field and the reason, in the text the agent reads
+
+
+@pytest.mark.sshd
+def test_the_inspector_cli_shows_a_host_key_failure_on_the_sshd_fault_alias(
+    inspector: InstalledTool, sshd: SshdInstance, tmp_path: Path
+) -> None:
+    config = {
+        "transport": {"ssh_config_file": str(sshd.ssh_config), "control_dir": str(sshd.control_dir)},
+        "targets": [{"name": "badhostkey", "host": sshd.alias("badhostkey")}],
+    }
+    workdir = tmp_path / "gw"
+    workdir.mkdir()
+    with run_gateway(workdir, config) as gw:
+        error = _failed_call(inspector, gw, tmp_path, "remote_exec", "target=badhostkey", 'argv=["true"]')
+    assert error["code"] == "host_key_error"
+    assert error["details"]["target"] == "badhostkey"
 
 
 def _listed_server_scenarios(suite: InstalledTool) -> set[str]:
@@ -463,3 +552,17 @@ def test_a_session_lives_from_initialize_until_delete_and_is_then_not_found(
         gone = http.post(open_gateway.url, headers=in_session, json=ping)
         assert gone.status_code == 404
         assert gone.json()["error"]["code"] == -32600
+
+
+@pytest.mark.anyio
+async def test_the_python_sdk_client_reads_the_same_structured_error_over_http(
+    ghost_gateway: GatewayProcess,
+) -> None:
+    http = httpx2.AsyncClient(headers=ghost_gateway.headers(), timeout=httpx2.Timeout(30))
+    transport = streamable_http_client(ghost_gateway.url, http_client=http)
+    async with http, Client(transport, mode="legacy") as client:
+        result = await client.call_tool("remote_exec", {"target": "ghost", "command": "ls"})
+    error = error_payload(result)
+    assert error is not None
+    assert error["code"] == "validation_error"
+    assert error["details"]["errors"][0]["loc"] == ["command"]

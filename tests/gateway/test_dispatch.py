@@ -10,7 +10,7 @@ from structlog.testing import capture_logs
 
 from gateway._catalog import Toolset, ToolSpec
 from gateway._context import ToolContext
-from gateway._dispatch import oversized_argument
+from gateway._dispatch import error_payload, oversized_argument
 from gateway.tools._base import Input, Output
 from tests.gateway.conftest import ClientFactory
 
@@ -44,10 +44,11 @@ BOOM: ToolSpec[Any, Any] = ToolSpec(
 
 def _error(result: Any) -> dict[str, Any]:
     assert result.is_error is True
-    assert result.structured_content is not None
-    err = result.structured_content["error"]
+    assert result.structured_content is None  # would be validated against the success outputSchema
+    err = error_payload(result)
+    assert err is not None
     assert set(err) == {"code", "message", "retryable", "details"}
-    return dict(err)
+    return err
 
 
 @pytest.mark.anyio

@@ -64,20 +64,25 @@ def test_an_oversized_body_gets_413(gateway: GatewayProcess) -> None:
 
 
 @pytest.mark.parametrize("auth", [None, "Bearer wrong-token-123456789", "Basic Zm9vOmJhcg=="])
-def test_no_or_wrong_token_gets_401_with_resource_metadata(gateway: GatewayProcess, auth: str | None) -> None:
+def test_no_or_wrong_token_gets_401_invalid_token_and_no_pretence_of_oauth(
+    gateway: GatewayProcess, auth: str | None
+) -> None:
     headers = dict(ACCEPT)
     if auth:
         headers["Authorization"] = auth
     r = httpx.post(gateway.url, headers=headers, json=INIT, timeout=10)
     assert r.status_code == 401
     challenge = r.headers["www-authenticate"]
-    assert challenge.startswith("Bearer")
-    assert "resource_metadata=" in challenge
-    meta_url = challenge.split('resource_metadata="')[1].split('"')[0]
-    meta = httpx.get(meta_url, timeout=10)
-    assert meta.status_code == 200
-    assert meta.json()["resource"] == gateway.url
+    assert challenge.startswith("Bearer ")
+    assert 'error="invalid_token"' in challenge
+    assert "resource_metadata" not in challenge  # no authorization server is named: this is no OAuth
     assert gateway.token not in r.text
+    for well_known in (
+        "/.well-known/oauth-protected-resource/mcp",
+        "/.well-known/oauth-protected-resource",
+        "/.well-known/oauth-authorization-server",
+    ):
+        assert httpx.get(gateway.base + well_known, timeout=10).status_code == 404
 
 
 def test_healthz_answers_without_auth_and_says_nothing_else(gateway: GatewayProcess) -> None:

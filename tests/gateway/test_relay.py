@@ -26,6 +26,7 @@ from mcp import Client, MCPError
 from mcp.client.session import IncomingMessage
 from mcp.client.streamable_http import streamable_http_client
 
+from gateway._dispatch import error_payload
 from gateway._redact import Redactor
 from gateway._runtime import Runtime
 from gateway._server import build_server
@@ -125,8 +126,8 @@ async def poll_upstream(client: Client, predicate: Callable[[dict[str, Any]], bo
 
 def error_of(result: types.CallToolResult) -> dict[str, Any]:
     assert result.is_error is True, result
-    assert isinstance(result.structured_content, dict)
-    error: dict[str, Any] = result.structured_content["error"]
+    error = error_payload(result)
+    assert error is not None, result
     return error
 
 

@@ -17,6 +17,7 @@ import anyio
 import jsonschema
 import pytest
 
+from gateway._dispatch import error_payload
 from tests.fixtures.sshd import SshdInstance
 from tests.gateway.conftest import ClientFactory
 
@@ -48,7 +49,9 @@ def _targets(sshd: SshdInstance) -> dict[str, Any]:
 
 def _err(result: Any) -> dict[str, Any]:
     assert result.is_error is True, result
-    return dict(result.structured_content["error"])
+    error = error_payload(result)
+    assert error is not None, result
+    return error
 
 
 @pytest.mark.anyio

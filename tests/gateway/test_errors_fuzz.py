@@ -1,0 +1,242 @@
+"""No input reaches ``internal_error``: any arguments the tools' input schemas admit, sent through MCP to the
+gateway serving the embedded demo target, give a normal result or a validation/policy error.
+
+Arguments are generated from each tool's advertised ``inputSchema`` (the JSON Schema subset pydantic emits;
+an unknown keyword fails the test, so a new tool cannot slip by with a weak strategy), with the hostile
+values mixed in: NUL bytes, lone surrogates (in values: the Python client cannot even send them in keys),
+empty strings, an argv of one empty string, huge integers.
+
+Commands really run (as this user, on this machine, through OpenSSH and the embedded target), so two
+limits keep the fuzzing harmless: the gateway's configured time limits are short (2 s default, 30 s
+ceiling: a longer ``timeout_s`` is a validation error), and a generated ``cwd`` that would leave the
+sandbox (absolute, ``~``, ``..``) is not used.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import mcp_types as types
+import pytest
+from anyio.from_thread import BlockingPortal, start_blocking_portal
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
+from mcp import Client
+
+from gateway._demo import demo_settings
+from gateway._dispatch import error_payload
+from gateway._redact import Redactor
+from gateway._runtime import Runtime
+from gateway._server import build_server
+from gateway.config import Settings
+from gateway.tools import all_specs
+
+pytestmark = pytest.mark.slow
+
+Served = tuple[BlockingPortal, Client, dict[str, types.Tool]]
+ALLOWED_FAILURES = {"validation_error", "policy_denied"}
+_IGNORED_KEYWORDS = {"title", "description", "default"}
+_HOSTILE_TEXT = ["", "\x00", "a\x00b", "\ud800", "x\udfff", "demo", " ", "-", "\n"]
+
+
+def _text(*, min_size: int = 0, max_size: int | None = None, surrogates: bool = True) -> Any:
+    size = {"min_size": min_size, "max_size": max_size if max_size is not None else 40}
+    fuzzed = st.text(st.characters(exclude_categories=("Cs",)), **size)
+    if surrogates:
+        fuzzed = st.one_of(fuzzed, fuzzed, st.text(st.characters(exclude_categories=()), **size))
+    hostile = st.sampled_from(
+        [t for t in _HOSTILE_TEXT if len(t) >= min_size and (max_size is None or len(t) <= max_size)]
+        if surrogates
+        else [t for t in _HOSTILE_TEXT if "\ud800" not in t and "\udfff" not in t and len(t) >= min_size]
+    )
+    return st.one_of(hostile, fuzzed)
+
+
+def from_schema(schema: dict[str, Any], name: str = "") -> Any:
+    """A hypothesis strategy for values the JSON schema admits (the subset pydantic emits)."""
+    unknown = set(schema) - _IGNORED_KEYWORDS - {
+        "type", "properties", "required", "additionalProperties", "anyOf", "minLength", "maxLength",
+        "items", "minItems", "exclusiveMinimum", "enum",
+    }  # fmt: skip
+    assert not unknown, f"schema keyword(s) {unknown} at {name!r}: teach from_schema about them"
+    if "anyOf" in schema:
+        return st.one_of([from_schema(option, name) for option in schema["anyOf"]])
+    if "enum" in schema:
+        return st.sampled_from(schema["enum"])
+    kind = schema.get("type")
+    if kind == "object":
+        extra = schema.get("additionalProperties", True)
+        if isinstance(extra, dict):  # a mapping such as env: keys the client can encode, any values
+            keys = st.one_of(st.from_regex(r"\A[A-Za-z_][A-Za-z0-9_]{0,8}\Z"), _text(surrogates=False))
+            return st.dictionaries(keys, from_schema(extra, f"{name}.*"), max_size=4)
+        properties = schema.get("properties", {})
+        required = set(schema.get("required", ()))
+        strategies = {key: from_schema(sub, key) for key, sub in properties.items()}
+        return st.fixed_dictionaries(
+            {k: v for k, v in strategies.items() if k in required},
+            optional={k: v for k, v in strategies.items() if k not in required},
+        )
+    if kind == "string":
+        return _text(min_size=schema.get("minLength", 0), max_size=schema.get("maxLength"))
+    if kind == "array":
+        items = from_schema(schema["items"], f"{name}[]")
+        return st.lists(items, min_size=schema.get("minItems", 0), max_size=5)
+    if kind == "boolean":
+        return st.booleans()
+    if kind == "null":
+        return st.none()
+    if kind == "number":
+        low = schema.get("exclusiveMinimum")
+        floats = st.floats(min_value=low, exclude_min=low is not None, allow_nan=False, allow_infinity=False)
+        return st.one_of(floats, st.integers(min_value=1, max_value=10**400), st.just(10**400))
+    raise AssertionError(f"schema type {kind!r} at {name!r}: teach from_schema about it")
+
+
+def _only(schema: dict[str, Any], keep: str, drop: str) -> dict[str, Any]:
+    """The schema with ``keep`` required and ``drop`` left out (a narrower part of what it admits)."""
+    properties = {k: v for k, v in schema["properties"].items() if k != drop}
+    return {**schema, "properties": properties, "required": [*schema.get("required", ()), keep]}
+
+
+def _arguments(tool: types.Tool) -> Any:
+    schema = tool.input_schema
+    strategy = from_schema(schema, tool.name)
+    if {"argv", "shell"} <= set(schema.get("properties", {})):
+        # remote_exec takes exactly one of them: mostly send one, so that the calls get to run.
+        strategy = st.one_of(
+            strategy,
+            from_schema(_only(schema, "argv", "shell"), tool.name),
+            from_schema(_only(schema, "shell", "argv"), tool.name),
+        )
+    if "target" in tool.input_schema.get("properties", {}):
+        # Bias towards the one configured target, so the calls get past policy into remoteops.
+        return strategy.flatmap(
+            lambda args: st.sampled_from(["demo", args.get("target", "demo")]).map(
+                lambda target: {**args, "target": target}
+            )
+        )
+    return strategy
+
+
+@asynccontextmanager
+async def _gateway(workdir: Path) -> AsyncIterator[tuple[Client, list[types.Tool]]]:
+    base = Settings.model_validate(
+        {
+            "state_dir": str(workdir / "state"),
+            "transport": {
+                "control_dir": str(workdir / "cm"),
+                "exec_timeout_default_s": 2,
+                # Not lower: remoteops probes capabilities with a fixed 30 s limit and refuses it with a
+                # bare ValueError (-> internal_error) under a smaller ceiling (found by this test).
+                "exec_timeout_max_s": 30,
+            },
+        }
+    )
+    async with (
+        demo_settings(base, workdir / "demo") as effective,
+        Runtime(effective, all_specs(), redactor=Redactor()) as rt,
+        Client(build_server(rt, stdio_principal="fuzz"), mode="legacy") as client,
+    ):
+        yield client, (await client.list_tools()).tools
+
+
+@pytest.fixture(scope="module")
+def served() -> Iterator[Served]:
+    workdir = Path(tempfile.mkdtemp(prefix="rogf-", dir="/tmp"))  # short: ControlPath limit
+    try:
+        with (
+            start_blocking_portal() as portal,
+            portal.wrap_async_context_manager(_gateway(workdir)) as (client, tools),
+        ):
+            yield portal, client, {t.name: t for t in tools}
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+def _stays_in_sandbox(arguments: dict[str, Any]) -> bool:
+    cwd = arguments.get("cwd")
+    return not (isinstance(cwd, str) and (cwd.startswith(("/", "~")) or ".." in cwd))
+
+
+def _check(served: Served, name: str, args: dict[str, Any]) -> None:
+    portal, client, _ = served
+    result = portal.call(client.call_tool, name, args)
+    if result.is_error:
+        error = error_payload(result)
+        assert error is not None, result
+        assert error["code"] in ALLOWED_FAILURES, (name, error)
+        assert result.structured_content is None
+
+
+_TOOL_NAMES = [spec.name for spec in all_specs()]
+
+
+@pytest.mark.parametrize("name", _TOOL_NAMES)
+def test_any_arguments_the_input_schema_admits_never_end_as_internal_error(served: Served, name: str) -> None:
+    tool = served[2][name]
+
+    @settings(
+        max_examples=150 if name == "remote_exec" else 15,
+        deadline=None,
+        suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+        database=None,
+    )
+    @given(args=_arguments(tool))
+    def run(args: dict[str, Any]) -> None:
+        assume(_stays_in_sandbox(args))
+        _check(served, name, args)
+
+    run()
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        {"argv": ["echo", "a\x00b"]},
+        {"argv": ["\x00"]},
+        {"argv": [""]},
+        {"argv": ["", "x"]},
+        {"argv": ["true"], "env": {"A": "x\x00"}},
+        {"argv": ["true"], "cwd": "sub\x00dir"},
+        {"argv": ["true"], "env": {"": "x"}},
+        {"argv": ["echo", "\ud800"]},
+        {"shell": "echo \x00"},
+        {"shell": "true", "stdin": "\udfff"},
+        {"argv": ["true"], "timeout_s": 10**400},
+        {"argv": ["true"], "timeout_s": 1e308},
+        {"argv": ["true"], "stdin": "not base64!", "stdin_encoding": "base64"},
+        {"argv": []},
+        {"shell": ""},
+        {"argv": ["true"], "shell": "true"},
+    ],
+)
+def test_hostile_remote_exec_arguments_are_validation_errors_or_normal_results(
+    served: Served, args: dict[str, Any]
+) -> None:
+    _check(served, "remote_exec", {"target": "demo", **args})
+
+
+def test_an_argv_of_one_empty_string_is_a_validation_error_naming_argv(
+    served: Served,
+) -> None:
+    portal, client, _ = served
+    result = portal.call(client.call_tool, "remote_exec", {"target": "demo", "argv": [""]})
+    error = error_payload(result)
+    assert error is not None
+    assert error["code"] == "validation_error"
+    assert "argv" in error["details"]["field"]
+
+
+def test_the_fuzzed_gateway_really_runs_commands_on_the_demo_target(
+    served: Served,
+) -> None:
+    portal, client, _ = served
+    result = portal.call(client.call_tool, "remote_exec", {"target": "demo", "argv": ["echo", "fuzz-ok"]})
+    assert result.is_error is not True
+    assert result.structured_content is not None
+    assert result.structured_content["stdout"] == "fuzz-ok\n"
