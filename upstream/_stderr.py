@@ -71,7 +71,7 @@ class _Lines:
             if self._discarding:
                 self._discarding = False  # the rest of a cut line
                 continue
-            self._line(line, truncated=False)
+            self._line(line[:MAX_LINE_BYTES], truncated=len(line) > MAX_LINE_BYTES)
         if len(self._buf) > MAX_LINE_BYTES:
             if not self._discarding:
                 self._line(bytes(self._buf[:MAX_LINE_BYTES]), truncated=True)
