@@ -84,6 +84,7 @@ async def own_tool_answers(client: Client) -> None:
     assert result.is_error is not True
 
 
+@pytest.mark.slow
 async def test_a_frozen_http_upstream_ends_the_call_in_flight_as_ambiguous_in_time_and_recovers_on_sigcont(
     tmp_path: Path, fault: FaultServer
 ) -> None:
@@ -143,6 +144,7 @@ async def test_a_frozen_http_upstream_ends_the_call_in_flight_as_ambiguous_in_ti
     assert fault.counts() == {"wedged-1": 1}  # ran once, never re-sent
 
 
+@pytest.mark.slow
 async def test_a_frozen_stdio_upstream_is_declared_lost_in_time_and_replaced_by_a_fresh_process(
     tmp_path: Path, fault_stdio: StdioFault
 ) -> None:
@@ -211,3 +213,25 @@ async def test_an_upstream_answering_probes_through_a_40_s_call_keeps_the_call_a
     assert up["ambiguous_losses"] == 0
     assert up["last_probe_ok_at"] is not None
     assert fault_stdio.counts() == {"long": 1}
+
+
+async def test_a_call_timeout_on_a_frozen_upstream_ends_at_the_limit_it_reports(
+    tmp_path: Path, fault: FaultServer
+) -> None:
+    limit_s = 1.0
+    conn = {"call_timeout_s": limit_s, "keepalive_interval_s": 10.0, "liveness_timeout_s": 30.0}
+    inbox = Inbox()
+    assert fault.proc is not None
+    async with serve_gateway(tmp_path, inbox, upstreams=[entry(fault, conn)]) as (client, _):
+        with anyio.fail_after(30):
+            await wait_listed(client, inbox, {"echo"})
+        with frozen(fault.proc.pid):
+            started = anyio.current_time()
+            with anyio.fail_after(limit_s + 10):
+                result = await client.call_tool("echo", {"text": "into the freeze"})
+            took = anyio.current_time() - started
+    error = error_of(result)
+    assert error["code"] == "upstream_ambiguous"
+    assert error["details"]["timeout_s"] == limit_s  # the limit that applied...
+    assert error["details"]["elapsed_s"] <= limit_s + SLACK_S  # ...is when it ended, cleanup or not
+    assert took <= limit_s + SLACK_S
