@@ -39,6 +39,8 @@ def describe(exc: BaseException, settings: UpstreamSettings) -> str:
     name = error_class(exc)
     if settings.transport == "stdio" and isinstance(exc, OSError) and not isinstance(exc, ConnectionError):
         command = settings.command[0]
+        if isinstance(exc, FileNotFoundError) and settings.cwd is not None and not settings.cwd.is_dir():
+            return f"cannot start {command!r}: its cwd {str(settings.cwd)!r} is not a directory ({name})"
         if isinstance(exc, FileNotFoundError) and "/" not in command:
             return f"cannot start {command!r}: not found on PATH ({name})"
         reason = exc.strerror or str(exc)

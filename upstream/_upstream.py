@@ -146,7 +146,8 @@ class Upstream:
     def _unavailable(self, cls: type[UpstreamUnavailable], started: float, why: str) -> UpstreamUnavailable:
         waited = anyio.current_time() - started
         return cls(
-            f"upstream {self.name!r} unavailable after {waited:.1f}s: {why}",
+            f"upstream {self.name!r} unavailable after {waited:.1f}s "
+            f"(call_wait_s = {self.settings.call_wait_s:g}s): {why}",
             upstream=self.name,
             state=self._sup.state,
             waited_s=waited,
