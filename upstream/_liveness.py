@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 
 import anyio
+import mcp_types as types
 from mcp.client.session import ClientSession
 from mcp.shared.exceptions import MCPError
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
@@ -27,9 +28,15 @@ LIVENESS_LOST = "LivenessTimeout"
 
 
 def _probe(session: ClientSession, protocol_version: str | None) -> Callable[[], Awaitable[object]]:
-    if protocol_version in HANDSHAKE_PROTOCOL_VERSIONS:
+    if protocol_version is None or protocol_version in HANDSHAKE_PROTOCOL_VERSIONS:
         return session.send_ping
-    return session.discover
+    version = protocol_version
+
+    async def discover() -> object:
+        # A real request each time (`discover()` would answer from its cache), adopting nothing.
+        return await session.send_discover(version)
+
+    return discover
 
 
 async def liveness(
@@ -61,6 +68,8 @@ async def liveness(
             if outcome is not Outcome.REJECTED:
                 conn.mark_lost(error_class)
                 return
+            if exc.code == types.REQUEST_TIMEOUT and exc.message.endswith("timed out"):
+                continue  # the SDK's own timeout on the probe (server/discover): no answer came
             # A JSON-RPC error answer (e.g. a server without ping) still proves the upstream is alive.
         except Exception:  # boundary: an invalid answer is still an answer; the loop must not die
             if conn.lost.is_set():

@@ -249,6 +249,7 @@ class Supervisor:
 
     def _probe_answered(self) -> None:
         self.stats.last_probe_ok_at = utc_now_iso()
+        self.signal()
 
     async def _refresh_tools(self, conn: Connection, changed: bool) -> None:
         if changed:

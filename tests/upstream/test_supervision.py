@@ -200,16 +200,21 @@ async def test_a_hung_handshake_is_abandoned_at_connect_timeout_and_recorded() -
     assert health.connect_successes == 0
 
 
-async def test_a_wedged_idle_upstream_is_noticed_by_keepalive_and_reconnected_when_it_recovers(
-    fault_http: FaultServer,
+@pytest.mark.parametrize(("mode", "era"), [("legacy", "2025-11-25"), ("auto", "2026-07-28")])
+async def test_a_wedged_idle_upstream_is_noticed_by_liveness_and_reconnected_when_it_recovers(
+    fault_http: FaultServer, mode: str, era: str
 ) -> None:
     assert fault_http.proc is not None
     pid = fault_http.proc.pid
-    settings = fault_http.settings(keepalive_interval_s=0.2, liveness_timeout_s=0.7, connect_timeout_s=2)
+    settings = fault_http.settings(
+        mode=mode, keepalive_interval_s=0.2, liveness_timeout_s=0.7, connect_timeout_s=2
+    )
     async with Upstream(settings) as up:
         try:
             with anyio.fail_after(20):
-                await up.wait_for(lambda h: h.state == "connected")
+                # a probe answered (a ping; server/discover on 2026-07-28, which has no ping)
+                health = await up.wait_for(lambda h: h.last_probe_ok_at is not None)
+                assert health.protocol_version == era
                 os.kill(pid, signal.SIGSTOP)  # TCP still accepted by the kernel, nothing answers: wedged
                 health = await up.wait_for(lambda h: h.state != "connected")
                 assert up.health().last_error_class == "LivenessTimeout"
@@ -222,7 +227,7 @@ async def test_a_wedged_idle_upstream_is_noticed_by_keepalive_and_reconnected_wh
         assert health.ambiguous_losses == 0  # nothing was in flight: nothing is ambiguous
 
 
-async def test_keepalive_stays_quiet_on_a_healthy_idle_upstream(fault_http: FaultServer) -> None:
+async def test_liveness_probes_stay_quiet_on_a_healthy_idle_upstream(fault_http: FaultServer) -> None:
     settings = fault_http.settings(keepalive_interval_s=0.05, liveness_timeout_s=2)
     async with Upstream(settings) as up:
         with anyio.fail_after(20):
