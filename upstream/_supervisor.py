@@ -13,6 +13,7 @@ import logging
 import math
 import uuid
 from collections.abc import Awaitable, Callable
+from functools import partial
 from typing import Any
 
 import anyio
@@ -24,7 +25,7 @@ from pydantic import ValidationError
 from tenacity import RetryCallState
 
 from upstream._calls import Outcome, classify, list_all_tools
-from upstream._connection import DRAIN_S, Connection
+from upstream._connection import DRAIN_S, Abandoned, Connection
 from upstream._elicit import ElicitRouter
 from upstream._errors import UpstreamClosed
 from upstream._failures import connect_timeout, describe, error_class, liveness_timeout
@@ -258,8 +259,16 @@ class Supervisor:
             await conn.list_changed.wait()
             conn.list_changed = anyio.Event()
             try:
-                with anyio.fail_after(self.settings.list_timeout_s):
-                    tools = await list_all_tools(conn.session())
+                tools = await conn.request(
+                    partial(list_all_tools, conn.session()), limit_s=self.settings.list_timeout_s
+                )
+            except Abandoned as exc:
+                if not exc.timed_out:
+                    return  # the connection is gone
+                self.stats.record_error(
+                    "TimeoutError", f"tools/list did not answer within {self.settings.list_timeout_s:g}s"
+                )
+                continue
             except MCPError as exc:
                 outcome, error_class = classify(exc, tag=conn.tag, connection_lost=conn.lost.is_set())
                 self.stats.record_error(error_class)
@@ -267,7 +276,7 @@ class Supervisor:
                     conn.mark_lost(error_class)
                     return
                 continue
-            except (TimeoutError, ValidationError) as exc:
+            except ValidationError as exc:
                 self.stats.record_error(type(exc).__name__)
                 continue
             self.tools = tools
