@@ -1,10 +1,10 @@
 """One connection generation to an upstream, shared by the supervisor and the callers.
 
-Requests on a connection (relayed calls, liveness probes) run in the connection's own task group
-(`Connection.request`); the caller only waits for the outcome, bounded. So a caller is released at
-its deadline, or at the moment the connection is declared lost, even when the SDK would first spend
-seconds on a courtesy `notifications/cancelled` to an upstream that does not read it: that cleanup
-finishes in the background, bounded by the connection's teardown.
+Requests on a connection (relayed calls, liveness probes, tools/list refreshes) run in the
+connection's own task group (`Connection.request`); the caller only waits for the outcome, under its
+own cancel scope. So a caller is released at its deadline, or at the moment the connection is declared
+lost, even when the SDK would first spend seconds on a courtesy `notifications/cancelled` to an
+upstream that does not read it: that cleanup finishes in the background, bounded by the teardown.
 """
 
 from __future__ import annotations
@@ -34,13 +34,12 @@ was declared by liveness: a wedged upstream answers nothing, and its callers wer
 
 
 class Abandoned(Exception):
-    """The caller stopped waiting for a request: its limit passed (`timed_out`), or the connection was
-    lost first (`reason`). The request itself is cancelled in the background; it may have run."""
+    """The connection was aborted (liveness) or closed while the request was in flight (`reason`).
+    The request itself is cancelled in the background; it may have run."""
 
-    def __init__(self, reason: str, *, timed_out: bool) -> None:
+    def __init__(self, reason: str) -> None:
         super().__init__(reason)
         self.reason = reason
-        self.timed_out = timed_out
 
 
 @dataclass(eq=False)
@@ -91,15 +90,18 @@ class Connection:
                 for scope in self._waiters:
                     scope.cancel()
 
-    async def request(self, send: Callable[[], Awaitable[T]], *, limit_s: float) -> T:
-        """Run ``send()`` on this connection and return its result or raise its exception; wait at
-        most ``limit_s``. Raises `Abandoned` when the limit passes or the connection is aborted first
-        (the request is then cancelled in the background), or when the connection closes under it."""
+    async def request(self, send: Callable[[], Awaitable[T]]) -> T:
+        """Run ``send()`` on this connection and return its result or raise its exception.
+
+        Waits without a bound of its own: the caller bounds it with a cancel scope, and when that scope
+        (or any cancellation of the caller) ends the wait, the request is cancelled in the background.
+        Raises `Abandoned` when the connection is aborted first, or closes under the request.
+        """
         group = self.requests
         if group is None:  # pragma: no cover - only published connections carry requests
             raise RuntimeError("connection not published")
         if self.aborted:
-            raise Abandoned(self.lost_reason or "closed", timed_out=False)
+            raise Abandoned(self.lost_reason or "closed")
         result: list[T] = []
         error: list[Exception] = []
         done = anyio.Event()
@@ -118,7 +120,7 @@ class Connection:
                 done.set()
 
         group.start_soon(run)
-        waiter = anyio.CancelScope(deadline=anyio.current_time() + max(0.0, limit_s))
+        waiter = anyio.CancelScope()  # cancelled by an abort (`mark_lost(abort=True)`)
         self._waiters.add(waiter)
         try:
             with waiter:
@@ -126,14 +128,12 @@ class Connection:
         finally:
             self._waiters.discard(waiter)
             if not done.is_set():
-                work.cancel()  # also when the caller itself is cancelled
+                work.cancel()  # the caller's deadline, its cancellation, or the abort
         if result:
             return result[0]
         if error:
             raise error[0]
-        if self.aborted or not waiter.cancelled_caught:
-            raise Abandoned(self.lost_reason or "closed", timed_out=False)
-        raise Abandoned("TimeoutError", timed_out=True)
+        raise Abandoned(self.lost_reason or "closed")
 
     async def handle_message(self, message: IncomingMessage) -> None:
         if isinstance(message, types.ToolListChangedNotification):

@@ -56,13 +56,12 @@ async def liveness(
         await anyio.sleep(max(0.0, next_probe - anyio.current_time()))
         next_probe = anyio.current_time() + interval
         try:
-            await conn.request(
-                probe, limit_s=last_answer + settings.liveness_timeout_s - anyio.current_time()
-            )
-        except Abandoned as exc:
-            if exc.timed_out:
-                conn.mark_lost(LIVENESS_LOST, abort=True)
-            return
+            with anyio.move_on_after(
+                last_answer + settings.liveness_timeout_s - anyio.current_time()
+            ) as bound:
+                await conn.request(probe)
+        except Abandoned:
+            return  # lost for another reason meanwhile
         except MCPError as exc:
             outcome, error_class = classify(exc, tag=conn.tag, connection_lost=conn.lost.is_set())
             if outcome is not Outcome.REJECTED:
@@ -74,5 +73,8 @@ async def liveness(
         except Exception:  # boundary: an invalid answer is still an answer; the loop must not die
             if conn.lost.is_set():
                 return
+        if bound.cancelled_caught:
+            conn.mark_lost(LIVENESS_LOST, abort=True)  # no probe answered within the window
+            return
         last_answer = anyio.current_time()
         on_answer()

@@ -258,17 +258,13 @@ class Supervisor:
         while True:
             await conn.list_changed.wait()
             conn.list_changed = anyio.Event()
+            limit = self.settings.list_timeout_s
+            tools: tuple[types.Tool, ...] | None = None
             try:
-                tools = await conn.request(
-                    partial(list_all_tools, conn.session()), limit_s=self.settings.list_timeout_s
-                )
-            except Abandoned as exc:
-                if not exc.timed_out:
-                    return  # the connection is gone
-                self.stats.record_error(
-                    "TimeoutError", f"tools/list did not answer within {self.settings.list_timeout_s:g}s"
-                )
-                continue
+                with anyio.move_on_after(limit):
+                    tools = await conn.request(partial(list_all_tools, conn.session()))
+            except Abandoned:
+                return  # the connection is gone
             except MCPError as exc:
                 outcome, error_class = classify(exc, tag=conn.tag, connection_lost=conn.lost.is_set())
                 self.stats.record_error(error_class)
@@ -278,6 +274,9 @@ class Supervisor:
                 continue
             except ValidationError as exc:
                 self.stats.record_error(type(exc).__name__)
+                continue
+            if tools is None:
+                self.stats.record_error("TimeoutError", f"tools/list did not answer within {limit:g}s")
                 continue
             self.tools = tools
             self.signal()

@@ -198,12 +198,12 @@ class Upstream:
                 )
                 return result
 
+            result: types.CallToolResult | None = None
             try:
-                result = await conn.request(send, limit_s=limit)
-                answered = True
+                with anyio.move_on_after(limit):
+                    result = await conn.request(send)
+                answered = result is not None
             except Abandoned as exc:
-                if exc.timed_out:
-                    raise self._timed_out(name, sent_at, limit) from None
                 raise self._ambiguous(name, sent_at, exc.reason) from None
             except MCPError as exc:
                 answered = True
@@ -243,6 +243,8 @@ class Upstream:
                 ) from exc
             finally:
                 conn.router.leave(routed, answered=answered)
+            if result is None:
+                raise self._timed_out(name, sent_at, limit)
             return result
 
     def _timed_out(self, tool: str, sent_at: float, limit: float) -> UpstreamCallTimeout:
