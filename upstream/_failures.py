@@ -51,7 +51,18 @@ def describe(exc: BaseException, settings: UpstreamSettings) -> str:
         return f"the upstream answered the handshake or tools/list with JSON-RPC error {exc.code}"
     if settings.bearer_token_file is not None and isinstance(exc, (OSError, ValueError)):
         return f"cannot read bearer_token_file {str(settings.bearer_token_file)!r} ({name})"
+    if name in _HTTP_PHRASES:
+        return f"{_HTTP_PHRASES[name]} ({name})"
     return name
+
+
+_HTTP_PHRASES = {
+    "ConnectError": "cannot connect to the upstream url (refused or unreachable)",
+    "ConnectTimeout": "the TCP connection to the upstream url timed out",
+    "ReadError": "the connection to the upstream broke",
+    "RemoteProtocolError": "the upstream closed the connection or answered invalid HTTP",
+    "ConnectionClosed": "the upstream closed the connection",
+}
 
 
 def connect_timeout(settings: UpstreamSettings) -> str:
