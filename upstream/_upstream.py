@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from contextlib import AsyncExitStack
+from functools import partial
 from types import TracebackType
 from typing import Any, Protocol, Self
 
@@ -192,12 +193,7 @@ class Upstream:
             routed = conn.router.enter(elicit, deadline=sent_at + limit)
             answered = False  # stays False if cancelled or abandoned: the upstream may still run it
 
-            async def send(session: Any = session) -> types.CallToolResult:
-                result: types.CallToolResult = await session.send_request(
-                    request, types.CallToolResult, progress_callback=progress
-                )
-                return result
-
+            send = partial(session.send_request, request, types.CallToolResult, progress_callback=progress)
             result: types.CallToolResult | None = None
             try:
                 with anyio.move_on_after(limit):
