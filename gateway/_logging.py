@@ -1,20 +1,29 @@
-"""Process logging, configured once by the entrypoint: structlog JSON lines on stderr, redacted.
+"""Process logging, configured once by the entrypoint: one JSON line format on stderr, redacted.
 
-stdout is never touched (in stdio mode it carries the protocol). Library loggers (mcp, uvicorn,
-asyncssh, httpx) go through the same handler at WARNING unless debug logging is asked for.
+structlog records and standard-library records (mcp, uvicorn, asyncssh, httpx, the `upstream`
+package) go through one handler and one `structlog.stdlib.ProcessorFormatter`: the same fields
+(`timestamp`, `level`, `logger`, `event`), the same redactor, the same JSON renderer. A relayed stdio
+upstream's stderr arrives here line by line as `upstream_stderr` records (see `gateway._relay`).
+
+stdout is never touched (in stdio mode it carries the protocol). The gateway's own loggers (`gateway`,
+`upstream`, `remoteops`) log at the configured level; other libraries at WARNING unless debug logging
+is asked for.
 """
 
 from __future__ import annotations
 
 import logging
 import sys
+from typing import Final
 
 import structlog
-from structlog.typing import EventDict, WrappedLogger
+from structlog.typing import EventDict, Processor, WrappedLogger
 
 from gateway._redact import Redactor
 
 __all__ = ["configure_logging"]
+
+OWN_LOGGERS: Final = ("gateway", "upstream", "remoteops")
 
 
 def configure_logging(level: str, redactor: Redactor) -> None:
@@ -23,26 +32,34 @@ def configure_logging(level: str, redactor: Redactor) -> None:
     def redact(_: WrappedLogger, __: str, event: EventDict) -> EventDict:
         return dict(redactor.any(event))
 
+    stamped: list[Processor] = [
+        structlog.stdlib.add_log_level,
+        structlog.stdlib.add_logger_name,
+        structlog.processors.TimeStamper(fmt="iso", utc=True),
+    ]
     structlog.configure(
         processors=[
             structlog.contextvars.merge_contextvars,
-            structlog.processors.add_log_level,
-            structlog.processors.TimeStamper(fmt="iso", utc=True),
+            *stamped,
+            structlog.stdlib.ProcessorFormatter.wrap_for_formatter,
+        ],
+        wrapper_class=structlog.make_filtering_bound_logger(numeric),
+        logger_factory=structlog.stdlib.LoggerFactory(),
+        cache_logger_on_first_use=True,
+    )
+    formatter = structlog.stdlib.ProcessorFormatter(
+        foreign_pre_chain=stamped,
+        processors=[
+            structlog.stdlib.ProcessorFormatter.remove_processors_meta,
             structlog.processors.format_exc_info,
             redact,
             structlog.processors.JSONRenderer(),
         ],
-        wrapper_class=structlog.make_filtering_bound_logger(numeric),
-        logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
-        cache_logger_on_first_use=True,
     )
-
-    class _Redacting(logging.Formatter):
-        def format(self, record: logging.LogRecord) -> str:
-            return redactor.text(super().format(record))
-
     handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(_Redacting("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    handler.setFormatter(formatter)
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(logging.DEBUG if numeric <= logging.DEBUG else logging.WARNING)
+    for name in OWN_LOGGERS:
+        logging.getLogger(name).setLevel(numeric)

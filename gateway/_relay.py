@@ -4,6 +4,11 @@ Tool definitions and results pass through unchanged. The only change ever made t
 its *name*, and only when the operator asked for it (a ``prefix``) or when it collides with an own tool
 and the collision rule says ``prefix_upstream``; with ``prefer_own`` the relayed tool is dropped. Every
 dropped or renamed tool is listed in ``gateway_health`` — never silently.
+
+What the relay gives each upstream from the gateway side: a stderr line callback (each line of a stdio
+upstream's stderr becomes one redacted ``upstream_stderr`` log record naming the upstream), and a
+secret callback (a bearer token read again on reconnect is registered with the redactor before use).
+The first ``tools/list`` waits, bounded, for upstreams still making their first connection.
 """
 
 from __future__ import annotations
@@ -14,12 +19,27 @@ from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any, Self
 
+import anyio
 import mcp_types as types
+import structlog
 
+from gateway._redact import Redactor
 from gateway.config import UpstreamEntry
-from upstream import ElicitCallback, ProgressCallback, Upstream, UpstreamError
+from upstream import ElicitCallback, ProgressCallback, StderrLine, Upstream, UpstreamError
 
 __all__ = ["Relay", "RelayedTool"]
+
+_log = structlog.get_logger("gateway.relay")
+
+
+def _log_stderr(line: StderrLine) -> None:
+    """One line of an upstream's stderr as a structured record (the log pipeline redacts it)."""
+    fields: dict[str, Any] = {"upstream": line.upstream, "line": line.text}
+    if line.truncated:
+        fields["truncated"] = True
+    if line.dropped_before:
+        fields["dropped_before"] = line.dropped_before
+    _log.info("upstream_stderr", **fields)
 
 
 @dataclass(frozen=True)
@@ -40,12 +60,25 @@ class _View:
 
 
 class Relay:
-    def __init__(self, entries: Sequence[UpstreamEntry], *, own_names: frozenset[str], enabled: bool) -> None:
+    def __init__(
+        self,
+        entries: Sequence[UpstreamEntry],
+        *,
+        own_names: frozenset[str],
+        enabled: bool,
+        redactor: Redactor | None = None,
+    ) -> None:
         self._entries = tuple(entries)
         self._own = own_names
         self._enabled = enabled
+        on_secret = redactor.add_secret if redactor is not None else None
         self._upstreams = [
-            Upstream(entry.connection, on_tools_changed=self._make_changed_handler(index))
+            Upstream(
+                entry.connection,
+                on_tools_changed=self._make_changed_handler(index),
+                on_stderr=_log_stderr,
+                on_secret=on_secret,
+            )
             for index, entry in enumerate(self._entries)
         ]
         self._views = [_View() for _ in self._entries]
@@ -121,11 +154,24 @@ class Relay:
                 taken.update(view.routes)
         self._views[index] = self._build_view(index, tools, taken)
 
+    async def first_connections(self) -> None:
+        """Wait for the upstreams still making their first connection since start, each at most its
+        ``first_list_wait_s`` after start; an upstream known to be down (or connected) adds nothing."""
+        pending = [up for up in self._upstreams if up.health().tool_count is None]
+        if not pending:
+            return
+        async with anyio.create_task_group() as tg:
+            for up in pending:
+                tg.start_soon(up.first_connection)
+
     async def list_tools(self) -> list[types.Tool]:
-        """Relayed tools for tools/list. Never waits for an upstream that has not listed yet:
-        the gateway's own tools must stay listable through any upstream outage."""
+        """Relayed tools for tools/list. The first list waits (bounded by ``first_list_wait_s``) for
+        upstreams that are still making their first connection, so it already holds their tools;
+        it never waits for an upstream known to be down: the gateway's own tools stay listable
+        through any upstream outage."""
         if not self._enabled:
             return []
+        await self.first_connections()
         out: list[types.Tool] = []
         for index, up in enumerate(self._upstreams):
             if up.health().tool_count is not None:  # a list is known (possibly from before an outage)

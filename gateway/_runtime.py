@@ -70,6 +70,7 @@ class Runtime:
             settings.upstreams,
             own_names=frozenset(self.catalog.enabled),
             enabled="upstream" in settings.tools.toolsets,
+            redactor=self.redactor,
         )
         self._stack: AsyncExitStack | None = None
 

@@ -40,7 +40,20 @@ from tests.upstream.conftest import FAST_BACKOFF, FAULT_SERVER, FaultServer
 pytestmark = pytest.mark.anyio
 
 SECRET = "Relay-Planted-Secret-0x7e1a9c"
-FAULT_TOOLS = {"echo", "count", "slow", "die", "progress", "reject", "failing", "mismatch", "add_tool", "ask"}
+FAULT_TOOLS = {
+    "echo",
+    "count",
+    "slow",
+    "work",
+    "shout",
+    "die",
+    "progress",
+    "reject",
+    "failing",
+    "mismatch",
+    "add_tool",
+    "ask",
+}
 
 
 # ----------------------------------------------------------------------------------------- helpers

@@ -63,3 +63,37 @@ async def test_through_the_gateway_libtmux_over_http_looks_identical_and_a_pane_
 ) -> None:
     conn = {"name": "tmux", "transport": "http", "url": libtmux_url, "connect_timeout_s": 30}
     await relay_and_compare(tmp_path, conn, libtmux_url)
+
+
+@pytest.mark.slow
+async def test_libtmux_answers_liveness_probes_through_a_long_wait_for_text_and_keeps_the_call(
+    tmp_path: Path, tmux_socket: str
+) -> None:
+    command = libtmux.stdio_command()
+    env = libtmux.libtmux_env(tmux_socket)
+    conn = {
+        "name": "tmux",
+        "transport": "stdio",
+        "command": command,
+        "env": env,
+        "connect_timeout_s": 30,
+        "keepalive_interval_s": 0.5,
+        "liveness_timeout_s": 1.5,  # the wait below lasts four times as long
+    }
+    inbox = Inbox()
+    async with serve_gateway(tmp_path, inbox, upstreams=[{"connection": conn}]) as (client, _):
+        with anyio.fail_after(45):
+            await wait_listed(client, inbox, ROUND_TRIP_TOOLS)
+            created = await client.call_tool("create_session", {"session_name": "long-wait"})
+            assert isinstance(created.structured_content, dict)
+            pane_id = created.structured_content["active_pane_id"]
+            waited = await client.call_tool(
+                "wait_for_text", {"patterns": ["never-printed-5e0c"], "pane_id": pane_id, "timeout": 6}
+            )
+            up = await upstream_health(client, "tmux")
+    assert waited.is_error is not True, libtmux.text_of(waited)
+    assert isinstance(waited.structured_content, dict)
+    assert waited.structured_content["outcome"] == "timeout"
+    assert waited.structured_content["elapsed_seconds"] >= 6
+    assert up["connect_attempts"] == 1  # never declared lost during the wait
+    assert up["ambiguous_losses"] == 0

@@ -28,7 +28,7 @@ async def test_paginated_tool_list_is_flattened_and_identical_to_a_direct_client
             expected = await all_tools(client)
         async with Upstream(fault_http.settings()) as up:
             relayed = await up.list_tools()
-    assert len(expected) == 10  # three pages of four
+    assert len(expected) == 12  # three pages of four
     assert dump(relayed) == dump(expected)
     echo = next(tool for tool in relayed if tool.name == "echo")
     assert echo.title == "Echo"
