@@ -156,7 +156,7 @@ class Env:
             "url": self.terminal.url,
             "headers": {"Authorization": f"Bearer {self.secrets.upstream_token}"},
             "connect_timeout_s": 30,
-            "call_wait_s": 2,
+            "call_wait_s": 1,
             "backoff_initial_s": 0.2,
             "backoff_max_s": 1.0,
         }

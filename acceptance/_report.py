@@ -104,6 +104,8 @@ class Report:
         lines += ["", "| phase | status | s | figures |", "|---|---|---:|---|"]
         for p in self.phases:
             shown = p.reason if p.status in (Status.SKIPPED, Status.NOT_BUILT) else _short(p.figures)
+            if p.figures.get("known_bugs"):
+                shown = f"{shown}; KNOWN GATEWAY BUGS: {', '.join(p.figures['known_bugs'])}"
             status = p.status.value if p.cleanup_ok else f"{p.status.value} (cleanup FAILED)"
             lines.append(f"| `{p.name}` {p.title} | {status} | {p.duration_s:.1f} | {_cell(shown or '')} |")
         for p in self.phases:
