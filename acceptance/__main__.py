@@ -37,9 +37,10 @@ def main(argv: list[str] | None = None) -> int:
     report, json_path, md_path = anyio.run(
         lambda: run_suite(quick=args.quick, only=args.only, out_dir=args.out)
     )
-    for phase in report.phases:
-        detail = phase.reason or (phase.error or "").strip().splitlines()[-1:] or ""
-        print(f"{phase.status.value:9} {phase.duration_s:6.1f}s  {phase.name}  {detail}", file=sys.stderr)
+    for result in report.phases:
+        lines = (result.error or "").strip().splitlines()
+        detail = result.reason or (lines[0] if lines else "")
+        print(f"{result.status.value:9} {result.duration_s:6.1f}s  {result.name}  {detail}", file=sys.stderr)
     print(f"acceptance {'OK' if report.ok else 'FAILED'} in {report.duration_s:.1f}s: {json_path} {md_path}")
     return 0 if report.ok else 1
 

@@ -89,9 +89,7 @@ class GatewayClient:
                 httpx2.AsyncClient(headers=self._headers, timeout=httpx2.Timeout(60))
             )
             transport = streamable_http_client(self._url, http_client=http)
-            self._client = await self._stack.enter_async_context(
-                Client(transport, mode="legacy", cache=None)  # type: ignore[arg-type]
-            )
+            self._client = await self._stack.enter_async_context(Client(transport, mode="legacy", cache=None))
         except BaseException:
             await self._stack.aclose()
             raise

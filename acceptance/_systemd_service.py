@@ -115,7 +115,7 @@ def _wait(what: str, ceiling_s: float, probe: Callable[[], bool], interval_s: fl
 
 def _relaying(target: SystemdTarget) -> bool:
     health = _probe(target, "health")
-    return health["upstream_state"] == "connected" and health["relayed_tools"] > 0
+    return bool(health["upstream_state"] == "connected" and health["relayed_tools"] > 0)
 
 
 def _start(target: SystemdTarget, figures: dict[str, Any], check: Check) -> dict[str, str]:

@@ -36,7 +36,7 @@ async def _restart_terminal(ctx: PhaseContext) -> float:
 
 
 async def _not_connected(ctx: PhaseContext) -> bool:
-    return (await upstream_health(ctx.env))["state"] != "connected"
+    return bool((await upstream_health(ctx.env))["state"] != "connected")
 
 
 @phase(
