@@ -6,6 +6,7 @@ Exit status 0 when no phase failed (not_built and skipped-with-reason phases do 
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 from pathlib import Path
 
@@ -34,6 +35,10 @@ def main(argv: list[str] | None = None) -> int:
             state = "not_built" if phase.run is None else "phase"
             print(f"{phase.name:22} {state:10} {phase.title}")
         return 0
+    # SIGTERM/SIGHUP (a CI timeout, a closed terminal) unwind like Ctrl-C: every process the run started is
+    # stopped and every directory removed on the way out.
+    for signum in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(signum, signal.default_int_handler)
     report, json_path, md_path = anyio.run(
         lambda: run_suite(quick=args.quick, only=args.only, out_dir=args.out)
     )

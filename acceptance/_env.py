@@ -122,6 +122,8 @@ class Env:
     """Every gateway the run started (stderr and audit files are searched for secrets)."""
     markers: list[str] = field(default_factory=list)
     """Strings in the command line of every process the run started: none may be left at the end."""
+    dirs: list[Path] = field(default_factory=list)
+    """Directories the run made outside ``workdir``; removed (and checked) when the run ends."""
 
     @property
     def main(self) -> GatewayClient:
@@ -167,6 +169,7 @@ class Env:
         path = Path(tempfile.mkdtemp(prefix="rogac-", dir="/tmp"))
         path.chmod(0o700)
         self.markers.append(str(path))
+        self.dirs.append(path)
         return path
 
     @asynccontextmanager
@@ -208,6 +211,8 @@ async def open_env(quick: bool) -> AsyncIterator[Env]:
     async with AsyncExitStack() as stack:
         env = Env(workdir=await enter_sync(stack, _private_dir()), quick=quick, secrets=Secrets())
         env.markers.append(str(env.workdir))
+        # registered first, so it runs last: after every gateway (and its masters) has stopped
+        stack.callback(lambda: [shutil.rmtree(path, ignore_errors=True) for path in env.dirs])
         env.sshd_reason = sshd_unavailable_reason()
         if env.sshd_reason is None:
             env.sshd = await enter_sync(stack, start_sshd())

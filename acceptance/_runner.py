@@ -122,6 +122,7 @@ def _final_cleanup(env: Env) -> list[CleanupCheck]:
         left = processes_mentioning(marker)
         checks.append(CleanupCheck(f"no process mentions {marker}", not left, " ".join(left)))
     checks.append(CleanupCheck(f"{env.workdir} removed", not env.workdir.exists()))
+    checks += [CleanupCheck(f"{path} removed", not path.exists()) for path in env.dirs]
     if env.sshd is not None:
         checks.append(CleanupCheck(f"{env.sshd.workdir} removed", not env.sshd.workdir.exists()))
     return checks

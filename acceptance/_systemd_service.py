@@ -144,7 +144,7 @@ def _watchdog_keeps_alive(
     check(
         later["MainPID"] == gw["MainPID"] and later["NRestarts"] == "0", f"restarted while healthy: {later}"
     )
-    figures["alive_window_s"] = window
+    figures["alive_window_s"] = round(window, 2)
     figures["last_ping_age_s"] = round(
         (_monotonic_usec(target) - int(later["WatchdogTimestampMonotonic"])) / 1e6, 2
     )

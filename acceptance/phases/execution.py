@@ -8,8 +8,12 @@ import hashlib
 from acceptance._mcp import error_code, structured
 from acceptance._registry import PhaseContext, phase
 from acceptance.phases._util import ms_figures, timed
+from tests.fixtures.procs import processes_mentioning
 
 __all__ = ["structured_exec"]
+
+SLEEP_S = "31.4159"
+"""A distinctive duration: the cleanup check finds this very command in the process table."""
 
 
 @phase("exec", "structured exec (streams, exit, literal argv/stdin/env/cwd, time limit)", needs=("sshd",))
@@ -55,10 +59,15 @@ async def structured_exec(ctx: PhaseContext) -> None:
     ctx.check(error_code(both) == "validation_error", f"argv and shell together: {both}")
 
     limited, limit_ms = await timed(
-        call("remote_exec", {"target": "plain", "argv": ["sleep", "30"], "timeout_s": 1})
+        call("remote_exec", {"target": "plain", "argv": ["sleep", SLEEP_S], "timeout_s": 1})
     )
     out = structured(limited)
     ctx.check(out["timed_out"] is True and out["remote_killed"] is True, f"time limit: {out}")
+    # The target is this machine: the timed-out command must really be gone, not just reported so.
+    ctx.created(
+        f"the timed-out remote `sleep {SLEEP_S}` is gone",
+        lambda: not processes_mentioning(f"sleep\0{SLEEP_S}"),
+    )
     ctx.check(limit_ms < 10_000, f"a 1 s limit took {limit_ms:.0f} ms")
 
     samples = []
