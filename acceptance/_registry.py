@@ -55,6 +55,9 @@ class Phase:
     needs: tuple[str, ...] = ()
     """Peers of the run environment the phase needs (``sshd``, ``upstream``); missing → skipped."""
     reason: str | None = None
+    prepare: PhaseFn | None = None
+    """Runs before the phase's ceiling starts, bounded by its own limits (e.g. installing pinned npm tools
+    on a fresh machine); what it prepares goes into ``ctx.state``."""
 
 
 REGISTRY: list[Phase] = []
@@ -66,11 +69,13 @@ def _register(entry: Phase) -> None:
     REGISTRY.append(entry)
 
 
-def phase(name: str, title: str, *, needs: tuple[str, ...] = ()) -> Callable[[PhaseFn], PhaseFn]:
+def phase(
+    name: str, title: str, *, needs: tuple[str, ...] = (), prepare: PhaseFn | None = None
+) -> Callable[[PhaseFn], PhaseFn]:
     """Register an implemented phase (in import order)."""
 
     def register(fn: PhaseFn) -> PhaseFn:
-        _register(Phase(name, title, fn, needs))
+        _register(Phase(name, title, fn, needs, prepare=prepare))
         return fn
 
     return register
@@ -100,6 +105,8 @@ class PhaseContext:
     stack: AsyncExitStack = field(default_factory=AsyncExitStack)
     """Closed by the runner after the phase, before the cleanup checks."""
     gone_checks: list[tuple[str, Callable[[], bool]]] = field(default_factory=list)
+    state: dict[str, Any] = field(default_factory=dict)
+    """What the phase's ``prepare`` step handed to the phase."""
 
     def n(self, quick: T, full: T) -> T:
         """A size for this mode: small in ``--quick``, full otherwise."""

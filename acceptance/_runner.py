@@ -75,6 +75,9 @@ async def _run_one(phase: Phase, env: Env, quick: bool) -> PhaseResult:
     result.figures = ctx.figures
     started = time.monotonic()
     try:
+        if phase.prepare is not None:
+            await phase.prepare(ctx)
+            ctx.figures["prepare_s"] = round(time.monotonic() - started, 2)
         with anyio.fail_after(QUICK_CEILING_S if quick else FULL_CEILING_S):
             async with ctx.stack:
                 # A fresh MCP session per phase: one phase's broken session cannot fail the next.

@@ -134,11 +134,21 @@ def _known(ctx: PhaseContext, name: str, ok: bool, detail: str) -> None:
     ctx.figures.setdefault("known_bugs", {})[name] = f"{KNOWN_GATEWAY_BUGS[name]} (seen: {detail[:300]})"
 
 
-@phase("conformance", "conformance suite and MCP Inspector against the real gateway (failures included)")
+async def _install_tools(ctx: PhaseContext) -> None:
+    """The pinned npm tools (a first run downloads them: bounded by node_tools' own install ceiling)."""
+    for tool in (CONFORMANCE, INSPECTOR) if ctx.quick else (CONFORMANCE, INSPECTOR, CONFORMANCE_ALPHA):
+        ctx.state[tool.name] = await _tool(ctx, tool)
+
+
+@phase(
+    "conformance",
+    "conformance suite and MCP Inspector against the real gateway (failures included)",
+    prepare=_install_tools,
+)
 async def conformance_and_inspector(ctx: PhaseContext) -> None:
     env = ctx.env
-    conformance = await _tool(ctx, CONFORMANCE)
-    inspector = await _tool(ctx, INSPECTOR)
+    conformance: InstalledTool = ctx.state[CONFORMANCE.name]
+    inspector: InstalledTool = ctx.state[INSPECTOR.name]
     open_gw = await ctx.stack.enter_async_context(
         env.extra_gateway("conformance", {"auth": {"mode": "none", "allow_no_auth": True}})
     )
@@ -147,7 +157,7 @@ async def conformance_and_inspector(ctx: PhaseContext) -> None:
     )
     await _suite(ctx, conformance, "stable", QUICK_SCENARIOS if ctx.quick else RUN_SCENARIOS, open_gw)
     if not ctx.quick:
-        await _suite(ctx, await _tool(ctx, CONFORMANCE_ALPHA), "alpha", ALPHA_RUN_SCENARIOS, open_gw)
+        await _suite(ctx, ctx.state[CONFORMANCE_ALPHA.name], "alpha", ALPHA_RUN_SCENARIOS, open_gw)
     failures = ctx.figures["failures"]
     ctx.check(not failures, f"conformance failures: {json.dumps(failures)[:3000]}")
 
