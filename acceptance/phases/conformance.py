@@ -117,11 +117,20 @@ async def _inspect(ctx: PhaseContext, inspector: InstalledTool, *args: str) -> d
     argv += ["--header", f"Authorization: Bearer {gw.token}"]  # variadic: last
     run = await anyio.to_thread.run_sync(lambda: inspector.run(argv, timeout_s=CLIENT_TIMEOUT_S, home=home))
     ctx.env.seen.append(run.stdout + run.stderr)
-    try:
-        payload = json.loads(run.stdout if run.returncode == 0 else run.stderr)
-    except ValueError:
+    # The result is on stdout (also when the tool failed: exit 5, "tool_is_error" on stderr); the
+    # Inspector's own errors are on stderr.
+    payload: dict[str, Any] = {"returncode": run.returncode}
+    for stream, text in (("stderr", run.stderr), ("stdout", run.stdout)):
+        try:
+            parsed = json.loads(text)
+        except ValueError:
+            continue
+        if not isinstance(parsed, dict):
+            continue
+        payload.update(parsed if stream == "stdout" else {"inspector_error": parsed.get("error")})
+    if "result" not in payload and "inspector_error" not in payload:
         ctx.fail(f"the Inspector printed no JSON:\n{run.describe()}")
-    return {"returncode": run.returncode, **payload}
+    return payload
 
 
 def _known(ctx: PhaseContext, name: str, ok: bool, detail: str) -> None:
@@ -177,7 +186,7 @@ async def conformance_and_inspector(ctx: PhaseContext) -> None:
             ctx, inspector, "--method", "tools/call", "--tool-name", "remote_exec",
             "--tool-arg", "target=badhostkey", "--tool-arg", 'argv=["true"]',
         )  # fmt: skip
-        err = error_of(failed.get("result", {})) if failed["returncode"] == 0 else None
+        err = error_of(failed.get("result", {}))
         code = None if err is None else err.get("code")
         _known(ctx, "inspector_sees_error_code", code == "host_key_error", json.dumps(failed)[:500])
         ctx.figures["inspector_failed_call_code"] = code
