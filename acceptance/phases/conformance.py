@@ -26,7 +26,7 @@ from tests.gateway.test_clients import ALPHA_NOT_TESTABLE, ALPHA_RUN_SCENARIOS, 
 
 __all__ = ["KNOWN_GATEWAY_BUGS", "conformance_and_inspector"]
 
-QUICK_SCENARIOS = ("server-initialize", "tools-list", "dns-rebinding-protection")
+QUICK_SCENARIOS = ("server-initialize", "tools-list")
 CLIENT_TIMEOUT_S = 90.0
 
 KNOWN_GATEWAY_BUGS: dict[str, str] = {
@@ -173,14 +173,16 @@ async def conformance_and_inspector(ctx: PhaseContext) -> None:
     listed = await _inspect(ctx, inspector, "--method", "tools/list")
     names = [tool["name"] for tool in listed.get("result", {}).get("tools", [])]
     ctx.check(listed["returncode"] == 0 and "gateway_health" in names, f"Inspector tools/list: {listed}")
-    called = await _inspect(ctx, inspector, "--method", "tools/call", "--tool-name", "gateway_health")
-    result = called.get("result", {})
-    ctx.check(
-        called["returncode"] == 0 and result.get("isError") is False, f"Inspector gateway_health: {called}"
-    )
-    ctx.check(
-        result.get("structuredContent", {}).get("pid") == env.gw.pid, "Inspector: wrong structuredContent"
-    )
+    if not ctx.quick:  # quick: listing and the failed call; full: a successful call too
+        called = await _inspect(ctx, inspector, "--method", "tools/call", "--tool-name", "gateway_health")
+        result = called.get("result", {})
+        ctx.check(
+            called["returncode"] == 0 and result.get("isError") is False,
+            f"Inspector gateway_health: {called}",
+        )
+        ctx.check(
+            result.get("structuredContent", {}).get("pid") == env.gw.pid, "Inspector: wrong structuredContent"
+        )
     if env.sshd is not None:
         failed = await _inspect(
             ctx, inspector, "--method", "tools/call", "--tool-name", "remote_exec",
