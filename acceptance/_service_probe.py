@@ -3,6 +3,9 @@
 ``python -m acceptance._service_probe health URL TOKEN_FILE``: one ``gateway_health``; prints
 ``{pid, upstream_state, relayed_tools}`` as JSON.
 
+``python -m acceptance._service_probe exec URL TOKEN_FILE``: three ``remote_exec`` of ``id -un`` on target
+``box``; prints stdouts, exit codes, latencies and the master counters.
+
 ``python -m acceptance._service_probe drain URL TOKEN_FILE MARKER``: opens a pane through the relay, starts a
 relayed ``wait_for_text`` that takes ``WAIT_S`` (its pattern never appears), writes MARKER while the call is
 in flight, and prints ``{is_error, code, started, finished}`` (wall-clock seconds) once the call returned.
@@ -33,7 +36,22 @@ async def _probe(command: str, url: str, token_file: Path, marker: Path | None) 
     stack = contextlib.AsyncExitStack()
     client = await stack.enter_async_context(GatewayClient(url, {"Authorization": f"Bearer {token}"}, []))
     try:
-        if command == "health":
+        if command == "exec":
+            out = {"stdout": [], "exit_codes": [], "ms": []}
+            for _ in range(3):
+                started = time.perf_counter()
+                result = structured(
+                    await client.call("remote_exec", {"target": "box", "argv": ["id", "-un"]})
+                )
+                out["ms"].append(round((time.perf_counter() - started) * 1000, 1))
+                out["stdout"].append(result["stdout"])
+                out["exit_codes"].append(result["exit_code"])
+            transport = structured(await client.call("gateway_health", {}))["transport"]
+            out.update(
+                masters_created=transport["masters_created"], masters_reused=transport["masters_reused"]
+            )
+            out["median_ms"] = sorted(out["ms"])[1]
+        elif command == "health":
             health = structured(await client.call("gateway_health", {}))
             ups = health["upstreams"]
             out = {"pid": health["pid"], "upstream_state": ups[0]["state"] if ups else None}

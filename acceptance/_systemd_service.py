@@ -9,7 +9,8 @@ lives under ``/root``; ``/root`` gets o+x in the overlay only). Then:
 1. ``systemctl start remoteops-gateway`` returns only after ``READY=1`` (Type=notify); the STATUS text is
    systemd's; the terminal unit was started by ``Wants=`` and the gateway relays it;
 2. over more than two ``WatchdogSec`` the gateway stays up on its ``WATCHDOG=1`` pings (the watchdog
-   timestamp advances, no restart);
+   timestamp advances, no restart); ``remote_exec`` works from inside the sandbox: an sshd unit in the target,
+   the service user's own key and known_hosts (made as the runbook makes them), one reused ControlMaster;
 3. the gateway frozen with SIGSTOP is killed by systemd's watchdog within ``WatchdogSec`` and restarted;
    the terminal unit keeps its PID meanwhile; the new gateway relays again;
 4. ``systemctl stop`` with a relayed call in flight: the call completes, the gateway exits 0.
@@ -57,6 +58,34 @@ connect_timeout_s = 30
 call_wait_s = 5
 backoff_initial_s = 0.2
 backoff_max_s = 1.0
+[[targets]]
+name = "box"
+host = "127.0.0.1"
+port = 2222
+user = "ro-target"
+"""
+
+# An sshd inside the target (its own loopback) that the sandboxed gateway reaches with the service user's
+# own key and known_hosts, made as ops/RUNBOOK.md makes them.
+SSHD_UNIT = "acc-sshd.service"
+_SSHD_CONFIG = """\
+Port 2222
+ListenAddress 127.0.0.1
+HostKey /etc/ssh/acc_host_ed25519
+PidFile /run/acc-sshd.pid
+UsePAM no
+PasswordAuthentication no
+KbdInteractiveAuthentication no
+PermitRootLogin no
+AuthorizedKeysFile .ssh/authorized_keys
+MaxSessions 10
+"""
+_SSHD_SERVICE = """\
+[Unit]
+Description=acceptance: an SSH target inside the systemd target
+[Service]
+ExecStartPre=/bin/mkdir -p /run/sshd
+ExecStart=/usr/sbin/sshd -D -e -f /etc/ssh/acc_sshd_config
 """
 
 EXIT_FILE = "run/acceptance-gateway-exit"
@@ -83,6 +112,8 @@ def _files() -> dict[str, str]:
         f"/etc/systemd/system/{GATEWAY_UNIT}.d/acceptance.conf": _DROPIN_GATEWAY,
         f"/etc/systemd/system/{TERMINAL_UNIT}.d/acceptance.conf": _DROPIN_TERMINAL,
         "/etc/remoteops-gateway/gateway.toml": _GATEWAY_TOML,
+        "/etc/ssh/acc_sshd_config": _SSHD_CONFIG,
+        f"/etc/systemd/system/{SSHD_UNIT}": _SSHD_SERVICE,
     }
 
 
@@ -91,6 +122,17 @@ _SETUP = (  # as ops/RUNBOOK.md creates them
     f"{_USERADD}/remoteops-gateway --shell /usr/sbin/nologin remoteops",
     f"{_USERADD}/remoteops-term --shell /bin/bash remoteops-term",
     "chmod o+x /root",
+    # the SSH target's login user, and the gateway's identity (runbook §3)
+    "useradd --create-home --shell /bin/sh ro-target && usermod -p '*' ro-target",
+    "ssh-keygen -q -t ed25519 -N '' -f /etc/ssh/acc_host_ed25519",
+    "install -d -o remoteops -g remoteops -m 0700 /var/lib/remoteops-gateway /var/lib/remoteops-gateway/.ssh",
+    "ssh-keygen -q -t ed25519 -N '' -C remoteops-gateway -f /var/lib/remoteops-gateway/.ssh/id_ed25519",
+    "install -d -o ro-target -g ro-target -m 0700 /home/ro-target/.ssh",
+    "install -o ro-target -g ro-target -m 0600 /var/lib/remoteops-gateway/.ssh/id_ed25519.pub"
+    " /home/ro-target/.ssh/authorized_keys",
+    "printf '[127.0.0.1]:2222 %s\\n' \"$(cut -d' ' -f1,2 /etc/ssh/acc_host_ed25519.pub)\""
+    " > /var/lib/remoteops-gateway/.ssh/known_hosts",
+    "chown -R remoteops:remoteops /var/lib/remoteops-gateway && chmod 0600 /var/lib/remoteops-gateway/.ssh/*",
 )
 
 
@@ -119,6 +161,7 @@ def _relaying(target: SystemdTarget) -> bool:
 
 
 def _start(target: SystemdTarget, figures: dict[str, Any], check: Check) -> dict[str, str]:
+    target.systemctl("start", SSHD_UNIT, timeout_s=60)
     started = time.monotonic()
     target.systemctl("start", GATEWAY_UNIT, timeout_s=90)  # returns after READY=1 (Type=notify)
     figures["start_until_ready_s"] = round(time.monotonic() - started, 2)
@@ -148,6 +191,15 @@ def _watchdog_keeps_alive(
     figures["last_ping_age_s"] = round(
         (_monotonic_usec(target) - int(later["WatchdogTimestampMonotonic"])) / 1e6, 2
     )
+
+
+def _exec_in_sandbox(target: SystemdTarget, figures: dict[str, Any], check: Check) -> None:
+    """remote_exec from inside the unit's sandbox (syscall filter, no capabilities, private /tmp for the
+    ControlMaster sockets) with the service user's own key and known_hosts."""
+    out = _probe(target, "exec")
+    check(out["stdout"] == ["ro-target\n"] * 3 and out["exit_codes"] == [0] * 3, f"remote_exec: {out}")
+    check(out["masters_created"] == 1 and out["masters_reused"] >= 2, f"ControlMaster in the sandbox: {out}")
+    figures["sandboxed_remote_exec"] = {k: out[k] for k in ("masters_created", "masters_reused", "median_ms")}
 
 
 def _monotonic_usec(target: SystemdTarget) -> int:
@@ -257,6 +309,7 @@ def run_service_scenario(figures: dict[str, Any], check: Check) -> dict[str, Any
         _watchdog_keeps_alive(target, gw, figures, check)
         relay_s = _wait("relay", 45, lambda: _relaying(target), 0.3)
         figures["relay_connected_after_alive_window_s"] = round(relay_s, 2)
+        _exec_in_sandbox(target, figures, check)
         _freeze_and_restart(target, gw, figures, check)
         _stop_drains(target, figures, check)
     figures["host_sysctls_unchanged"] = host_sysctls() == sysctls
