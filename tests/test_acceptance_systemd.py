@@ -1,6 +1,7 @@
 """The gateway under a real systemd, from the unit files in ops/ (adapted by drop-ins only): READY=1 reaches
 systemd, the watchdog pings keep it up, a gateway frozen with SIGSTOP is restarted within WatchdogSec while
-the terminal MCP unit keeps running, and ``systemctl stop`` drains an in-flight call and exits 0. The target
+the terminal MCP unit keeps running, ``remote_exec`` works from inside the unit's sandbox, and
+``systemctl stop`` drains an in-flight call and exits 0. The target
 leaves nothing behind (its cgroup, mounts, the host's sysctls). Skipped, with the reason, only where the
 machine cannot boot a systemd target (not root, no writable cgroup v2, no systemd)."""
 
@@ -37,5 +38,6 @@ def test_a_frozen_gateway_is_restarted_by_the_systemd_watchdog_while_the_upstrea
     assert figures["terminal_pid_kept"] is True
     assert figures["call_ran_after_stop_began_s"] > 1.0
     assert figures["exit"] == "success exited 0"
+    assert figures["sandboxed_remote_exec"]["masters_created"] == 1  # ssh works inside the unit's sandbox
     assert not info["cgroup"].exists()
     assert host_sysctls() == before
