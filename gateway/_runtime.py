@@ -75,6 +75,7 @@ class Runtime:
 
     async def __aenter__(self) -> Self:
         async with AsyncExitStack() as stack:
+            await stack.enter_async_context(self.audit)  # first in, last out: shutdown calls are audited
             await stack.enter_async_context(self.remote)
             await stack.enter_async_context(self.relay)
             self._stack = stack.pop_all()
