@@ -27,9 +27,7 @@ from upstream import ElicitCallback, ProgressCallback, UpstreamRejected
 if TYPE_CHECKING:
     from gateway._runtime import Runtime
 
-__all__ = ["ProgressFn", "dispatch_call", "error_result", "oversized_argument"]
-
-ProgressFn = ProgressCallback
+__all__ = ["dispatch_call", "error_result", "oversized_argument"]
 
 _log = structlog.get_logger("gateway.dispatch")
 
@@ -89,7 +87,7 @@ async def dispatch_call(
     params: types.CallToolRequestParams,
     *,
     principal: str,
-    report_progress: ProgressFn | None = None,
+    report_progress: ProgressCallback | None = None,
     elicit: ElicitCallback | None = None,
 ) -> types.CallToolResult:
     """``elicit`` reaches the calling client for a relayed tool's elicitation (own tools do not elicit)."""
