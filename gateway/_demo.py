@@ -13,7 +13,7 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 
 from gateway.config import Settings
-from remoteops import EmbeddedTarget, TargetSpec
+from remoteops import TargetSpec
 
 __all__ = ["demo_settings"]
 
@@ -21,6 +21,8 @@ __all__ = ["demo_settings"]
 @asynccontextmanager
 async def demo_settings(settings: Settings, workdir: Path | None) -> AsyncIterator[Settings]:
     """Start the embedded target and yield settings that allow it (as target ``demo``)."""
+    from remoteops.embedded import EmbeddedTarget  # here, not at the top: it loads asyncssh (demo only)
+
     where = workdir or settings.state_dir / "demo"
     where.mkdir(parents=True, exist_ok=True, mode=0o700)
     async with EmbeddedTarget(where, alias="demo") as target:

@@ -12,6 +12,7 @@ from remoteops import (
     CommandTimeout,
     ConnectError,
     HostKeyError,
+    InvalidRequest,
     PolicyDenied,
     ProbeError,
     RemoteOpsError,
@@ -48,6 +49,7 @@ def _upstream(exc: UpstreamError) -> ToolFailure:
 
 
 _REMOTE_CODES: tuple[tuple[type[RemoteOpsError], ErrorCode], ...] = (
+    (InvalidRequest, ErrorCode.VALIDATION_ERROR),
     (PolicyDenied, ErrorCode.POLICY_DENIED),
     (UnknownTarget, ErrorCode.UNKNOWN_TARGET),
     (HostKeyError, ErrorCode.HOST_KEY_ERROR),
@@ -64,7 +66,8 @@ _REMOTE_CODES: tuple[tuple[type[RemoteOpsError], ErrorCode], ...] = (
 def _remote(exc: RemoteOpsError) -> ToolFailure:
     code = next(code for cls, code in _REMOTE_CODES if isinstance(exc, cls))
     details: dict[str, object] = {"target": exc.target, "detail": exc.detail}
-    for field in ("reason", "stage", "command_started", "exit_code", "time_limit_s", "remote_killed"):
+    fields = ("field", "reason", "stage", "command_started", "exit_code", "time_limit_s", "remote_killed")
+    for field in fields:
         if hasattr(exc, field):
             details[field] = getattr(exc, field)
     if isinstance(exc, TransportLost):

@@ -1,6 +1,7 @@
 """remoteops: remote operations over native OpenSSH (ControlMaster pool). Knows nothing of MCP.
 
-Plain async Python returning pydantic records and raising one exception tree (see ``remoteops._errors``)::
+Plain async Python returning pydantic records and raising one exception tree (see ``remoteops._errors``).
+The embedded demo/test target lives in :mod:`remoteops.embedded` (imported explicitly: it loads asyncssh)::
 
     settings = TransportSettings(ssh_config_file=cfg)
     async with RemoteOps(settings, [TargetSpec(name="web", host="web1")]) as ops:
@@ -8,13 +9,13 @@ Plain async Python returning pydantic records and raising one exception tree (se
 """
 
 from ._capabilities import TOOLS as CAPABILITY_TOOLS
-from ._embedded import EmbeddedTarget
 from ._errors import (
     AuthError,
     CommandTimeout,
     ConnectError,
     ConnectReason,
     HostKeyError,
+    InvalidRequest,
     PolicyDenied,
     ProbeError,
     RemoteOpsError,
@@ -22,6 +23,7 @@ from ._errors import (
     TransportError,
     TransportLost,
     UnknownTarget,
+    UnresolvedHost,
 )
 from ._exec import Carrier, ExecRequest
 from ._models import (
@@ -49,11 +51,11 @@ __all__ = [
     "ConnectReason",
     "DiagnoseReport",
     "DiskUsage",
-    "EmbeddedTarget",
     "ExecRequest",
     "ExecResult",
     "HostKeyError",
     "HostKeyPolicy",
+    "InvalidRequest",
     "MultiplexMode",
     "MultiplexState",
     "PolicyDenied",
@@ -71,5 +73,6 @@ __all__ = [
     "TransportSettings",
     "TransportStats",
     "UnknownTarget",
+    "UnresolvedHost",
     "render_command",
 ]

@@ -46,6 +46,7 @@ import anyio
 import asyncssh
 
 from remoteops._embedded_session import run_session
+from remoteops._errors import InvalidRequest
 
 __all__ = ["EmbeddedTarget"]
 
@@ -63,7 +64,7 @@ class EmbeddedTarget:
 
     def __init__(self, workdir: Path, *, alias: str = "demo", sandbox: Path | None = None) -> None:
         if not _ALIAS_RE.fullmatch(alias):
-            raise ValueError(f"alias must match {_ALIAS_RE.pattern}: {alias!r}")
+            raise InvalidRequest(field="alias", reason=f"must match {_ALIAS_RE.pattern}")
         self._workdir = Path(workdir).absolute()
         self._alias = alias
         self._sandbox = (Path(sandbox) if sandbox is not None else self._workdir / "sandbox").absolute()
@@ -187,7 +188,7 @@ class EmbeddedTarget:
             f"Host {self._alias}",
             f"    HostName {_HOST}",
             f"    Port {self.port}",
-            f"    User {_config_quote(self._user)}",
+            f"    User {_config_quote(self._user, 'user')}",
             f"    IdentityFile {_config_path(self.client_key_path)}",
             "    IdentitiesOnly yes",
             "    IdentityAgent none",
@@ -299,9 +300,9 @@ def _write_private(path: Path, data: bytes) -> None:
         os.close(fd)
 
 
-def _config_quote(value: str) -> str:
+def _config_quote(value: str, field: str = "workdir") -> str:
     if '"' in value or "\n" in value:
-        raise ValueError(f"cannot write {value!r} into ssh_config")
+        raise InvalidRequest(field=field, reason="a '\"' or a newline cannot be written into ssh_config")
     return f'"{value}"' if any(ch.isspace() for ch in value) else value
 
 

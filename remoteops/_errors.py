@@ -3,12 +3,18 @@
 ::
 
     RemoteOpsError             target: str | None, detail: str, retryable (property)
+    ├── InvalidRequest         field ("argv[0]", "env.NAME", "cwd", "time_limit_s", ...), reason: the input
+    │                          cannot be run as given (NUL byte, empty program, not UTF-8, too long);
+    │                          nothing was started. Also a ``ValueError``.
     ├── PolicyDenied           reason: name not configured / request outside policy; nothing was started
     ├── UnknownTarget          ``ssh -G`` could not resolve the target (bad ssh config, bad name)
+    │   └── UnresolvedHost     host: the name ssh could not resolve when connecting; also a TransportError
+    │                          (stage "master"/"exec"), so ``except TransportError`` still sees it
     ├── TransportError         stage: "master" | "exec" | "connect" | "remote-shell"
-    │   ├── HostKeyError       reason: "changed" | "unknown" | "other" (host keys are always checked)
+    │   ├── HostKeyError       reason: "changed" | "unknown" | "other" (host keys are always checked);
+    │   │                      host, fingerprint, known_hosts; detail = ssh's whole lines + what to do
     │   ├── AuthError          no credential accepted (publickey refused, ...)
-    │   ├── ConnectError       reason: refused | timeout | no_route | unknown_host | closed | multiplex |
+    │   ├── ConnectError       reason: refused | timeout | no_route | closed | multiplex |
     │   │                      pool_exhausted | other -- nothing ran on the target
     │   ├── TransportLost      command_started: True (seen starting) | None (unknown). The connection died
     │   │                      while the command may have been running: ambiguous, NEVER re-run automatically
@@ -30,6 +36,7 @@ __all__ = [
     "ConnectError",
     "ConnectReason",
     "HostKeyError",
+    "InvalidRequest",
     "PolicyDenied",
     "ProbeError",
     "RemoteOpsError",
@@ -37,11 +44,10 @@ __all__ = [
     "TransportError",
     "TransportLost",
     "UnknownTarget",
+    "UnresolvedHost",
 ]
 
-ConnectReason = Literal[
-    "refused", "timeout", "no_route", "unknown_host", "closed", "multiplex", "pool_exhausted", "other"
-]
+ConnectReason = Literal["refused", "timeout", "no_route", "closed", "multiplex", "pool_exhausted", "other"]
 
 
 class RemoteOpsError(Exception):
@@ -56,6 +62,18 @@ class RemoteOpsError(Exception):
     def retryable(self) -> bool:
         """Whether retrying the same call can reasonably succeed without a human changing something."""
         return False
+
+
+class InvalidRequest(RemoteOpsError, ValueError):
+    """The request itself cannot be run: ``field`` names the offending input, ``reason`` says why (bounded).
+
+    Raised before anything is started, so retrying the same request fails the same way.
+    """
+
+    def __init__(self, detail: str = "", *, target: str | None = None, field: str, reason: str) -> None:
+        super().__init__(detail or f"{field}: {reason}", target=target)
+        self.field = field
+        self.reason = reason
 
 
 class PolicyDenied(RemoteOpsError):
@@ -76,7 +94,20 @@ class TransportError(RemoteOpsError):
         self.stage = stage
 
 
+class UnresolvedHost(UnknownTarget, TransportError):
+    """ssh could not resolve the target's host name (``Could not resolve hostname``); nothing ran."""
+
+    def __init__(
+        self, detail: str = "", *, target: str | None = None, stage: str = "connect", host: str | None = None
+    ) -> None:
+        super().__init__(detail, target=target, stage=stage)
+        self.host = host
+
+
 class HostKeyError(TransportError):
+    """``host``: the known_hosts name ssh checked (``[127.0.0.1]:2222``); ``fingerprint``: the key the host
+    sent, when ssh printed it; ``known_hosts``: the file (``path:line``) holding the offending entry."""
+
     def __init__(
         self,
         detail: str = "",
@@ -84,9 +115,15 @@ class HostKeyError(TransportError):
         target: str | None = None,
         stage: str = "connect",
         reason: Literal["changed", "unknown", "other"] = "other",
+        host: str | None = None,
+        fingerprint: str | None = None,
+        known_hosts: str | None = None,
     ) -> None:
         super().__init__(detail, target=target, stage=stage)
         self.reason = reason
+        self.host = host
+        self.fingerprint = fingerprint
+        self.known_hosts = known_hosts
 
 
 class AuthError(TransportError):

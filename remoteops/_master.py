@@ -14,13 +14,13 @@ import anyio
 import anyio.abc
 
 from ._capture import HeadTail
-from ._errors import AuthError, ConnectError, HostKeyError, TransportError
+from ._errors import AuthError, ConnectError, HostKeyError, TransportError, UnresolvedHost
 from ._process import reap, run_process
 from ._render import new_nonce
 from ._settings import TargetSpec, TransportSettings
-from ._sshargs import SshArgs, classify_ssh_failure
+from ._sshargs import SshArgs, classify_ssh_failure, tail_lines
 
-__all__ = ["Master"]
+__all__ = ["Master", "connect_now", "mux_alive_check"]
 
 _CONTROL_S = 5.0
 
@@ -50,13 +50,31 @@ def _packet(*words: int) -> bytes:
     return struct.pack(">I", len(payload)) + payload
 
 
+def connect_now(path: Path) -> socket.socket | None:
+    """Connect to a unix socket without waiting: it completes at once or fails at once (``EAGAIN`` when the
+    listener's backlog is full, i.e. nobody accepts), so it never blocks the event loop. (anyio's
+    ``connect_unix`` retries ``EAGAIN`` in a loop that spins a core until its deadline.)"""
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        sock.setblocking(False)
+        sock.connect(str(path))
+    except OSError:  # incl. BlockingIOError (backlog full), refused, missing
+        sock.close()
+        return None
+    return sock
+
+
 async def mux_alive_check(control_path: Path) -> int | None:
     """The exchange ``ssh -O check`` makes (hello, MUX_C_ALIVE_CHECK -> MUX_S_ALIVE), done in-process:
     a full round trip through the master's mux loop without starting a process. Returns the master's pid,
     or None when the socket does not answer as a live master. Unbounded: the caller holds the deadline."""
+    sock = connect_now(control_path)
+    if sock is None:
+        return None
     try:
-        stream = await anyio.connect_unix(str(control_path))
-    except OSError:
+        stream = await anyio.abc.UNIXSocketStream.from_socket(sock)
+    except (OSError, ValueError):
+        sock.close()
         return None
     request_id = int.from_bytes(os.urandom(4), "big")
     try:
@@ -95,20 +113,20 @@ class Master:
 
     @property
     def alive(self) -> bool:
-        """Cheap liveness: our child has not exited and its socket accepts connections."""
+        """Cheap liveness, never waiting: our child has not exited and its socket takes a connection now.
+
+        Safe on the event loop. A socket that takes connections but never answers passes; :meth:`check`
+        (a bounded mux round trip) is what tells such a master apart."""
         if self.proc is not None and self.proc.returncode is not None:
             return False
         return self.socket_accepts()
 
     def socket_accepts(self) -> bool:
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        try:
-            sock.settimeout(0.5)
-            sock.connect(str(self.control_path))
-        except OSError:
+        """Whether the control socket takes a connection right now (:func:`connect_now`; never waits)."""
+        sock = connect_now(self.control_path)
+        if sock is None:
             return False
-        finally:
-            sock.close()
+        sock.close()
         return True
 
     async def check(self) -> bool:
@@ -153,9 +171,9 @@ class Master:
     def _startup_error(self, returncode: int | None) -> TransportError:
         stderr = self.stderr.tail.decode(errors="replace")
         error = classify_ssh_failure(stderr, target=self.target.name, stage="master", command_started=False)
-        if isinstance(error, HostKeyError | AuthError | ConnectError):
+        if isinstance(error, HostKeyError | AuthError | ConnectError | UnresolvedHost):
             return error
-        detail = stderr.strip()[-600:] or f"ssh master exited with {returncode}"
+        detail = tail_lines(stderr) or f"ssh master exited with {returncode}"
         return ConnectError(detail, target=self.target.name, stage="master", reason="multiplex")
 
     async def _read_token(self, proc: anyio.abc.Process, token: str) -> bool:

@@ -68,10 +68,6 @@ class MasterPool:
         self._failed_at: dict[str, float] = {}
         self.counters: Counter[str] = Counter()
 
-    @property
-    def mode(self) -> str:
-        return self._settings.multiplex
-
     def key_for(self, target: TargetSpec, identity: TargetIdentity) -> str:
         raw = f"{identity.identity_hash}|{target.host_key_policy}|{self._settings.ssh_binary}"
         return hashlib.sha256(raw.encode()).hexdigest()[:_NAME_LEN]

@@ -25,8 +25,11 @@ import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from ._errors import InvalidRequest
+
 __all__ = [
     "MARKER_ALLOWANCE",
+    "MAX_COMMAND_BYTES",
     "Markers",
     "RenderedCommand",
     "format_seconds",
@@ -38,6 +41,9 @@ __all__ = [
 
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 MARKER_ALLOWANCE = 64  # bytes the two markers may take on stderr
+# Linux MAX_ARG_STRLEN (128 KiB incl. the NUL): the text is one argv word of the local ssh client and of
+# the target's ``shell -c``; a longer one fails with E2BIG before anything runs.
+MAX_COMMAND_BYTES = 128 * 1024 - 1
 
 _WRAPPER = r"""n=$1 t=$2 k=$3 d=$4 e=$5; shift 5
 printf '\036ROG%sS\n' "$n" >&2
@@ -74,14 +80,31 @@ def format_seconds(value: float) -> str:
     return text or "0"
 
 
+def _shown(name: str) -> str:
+    return ascii(name)[1:-1][:64]  # a bounded, printable rendering of an arbitrary name
+
+
+def _check_text(field: str, value: str) -> None:
+    if "\0" in value:
+        raise InvalidRequest(field=field, reason="contains a NUL byte")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise InvalidRequest(field=field, reason="is not valid UTF-8 (lone surrogate)") from None
+
+
 def validate_env(env: Mapping[str, str] | None) -> list[str]:
-    """Return ``NAME=value`` words; names must match ``^[A-Za-z_][A-Za-z0-9_]*$``, nothing may hold NUL."""
+    """Return ``NAME=value`` words; names must match ``^[A-Za-z_][A-Za-z0-9_]*$``, values hold no NUL.
+
+    Raises :class:`InvalidRequest` (``field="env.NAME"``)."""
     words: list[str] = []
     for name, value in (env or {}).items():
         if not ENV_NAME.fullmatch(name):
-            raise ValueError(f"invalid environment variable name {name!r}")
-        if "\0" in value:
-            raise ValueError(f"environment value of {name} contains NUL")
+            raise InvalidRequest(
+                field=f"env.{_shown(name)}",
+                reason="invalid environment variable name (must match [A-Za-z_][A-Za-z0-9_]*)",
+            )
+        _check_text(f"env.{name}", value)
         words.append(f"{name}={value}")
     return words
 
@@ -110,13 +133,21 @@ def render_command(
     nonce: str | None = None,
     use_timeout_binary: bool = True,
 ) -> RenderedCommand:
-    """Render argv for the remote login shell. ``argv`` is data: it is never re-parsed as shell code."""
-    if not argv or argv[0] == "":
-        raise ValueError("argv must be non-empty and argv[0] must not be empty")
-    if any("\0" in word for word in argv) or (cwd is not None and "\0" in cwd):
-        raise ValueError("argv and cwd must not contain NUL")
-    if time_limit_s <= 0:
-        raise ValueError("time_limit_s must be > 0")
+    """Render argv for the remote login shell. ``argv`` is data: it is never re-parsed as shell code.
+
+    Input that cannot be run as given (empty argv or program name, a NUL byte or lone surrogate in an argv
+    word, env name/value or cwd, a command line longer than ``MAX_COMMAND_BYTES``) raises
+    :class:`InvalidRequest` naming the field."""
+    if not argv:
+        raise InvalidRequest(field="argv", reason="must not be empty")
+    if argv[0] == "":
+        raise InvalidRequest(field="argv[0]", reason="the program name must not be empty")
+    for index, word in enumerate(argv):
+        _check_text(f"argv[{index}]", word)
+    if cwd is not None:
+        _check_text("cwd", cwd)
+    if not time_limit_s > 0:
+        raise InvalidRequest(field="time_limit_s", reason="must be > 0")
     env_words = validate_env(env)
     nonce = nonce or new_nonce()
     wrapper = _WRAPPER if use_timeout_binary else _WRAPPER_NO_TIMEOUT
@@ -125,7 +156,15 @@ def render_command(
         format_seconds(time_limit_s), str(kill_after_s), cwd or "", str(len(env_words)),
         *env_words, *argv,
     ]  # fmt: skip
-    return RenderedCommand(text=shlex.join(words), nonce=nonce)
+    text = shlex.join(words)
+    size = len(text.encode())
+    if size > MAX_COMMAND_BYTES:
+        raise InvalidRequest(
+            field="argv",
+            reason=f"the command line is {size} bytes, more than the {MAX_COMMAND_BYTES} one fits in; "
+            "send large data on stdin",
+        )
+    return RenderedCommand(text=text, nonce=nonce)
 
 
 @dataclass(frozen=True)

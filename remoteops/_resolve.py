@@ -73,18 +73,12 @@ class IdentityResolver:
         self._settings = settings
         self._args = SshArgs(settings)
         self._cache: dict[str, tuple[tuple[tuple[str, int, int], ...], TargetIdentity]] = {}
-        self.resolutions = 0
-
-    def cached(self, target: TargetSpec) -> TargetIdentity | None:
-        hit = self._cache.get(target.name)
-        return hit[1] if hit is not None else None
 
     async def resolve(self, target: TargetSpec) -> TargetIdentity:
         signature = _config_signature(self._settings)
         hit = self._cache.get(target.name)
         if hit is not None and hit[0] == signature:
             return hit[1]
-        self.resolutions += 1
         try:
             with anyio.fail_after(_RESOLVE_S):
                 outcome = await run_process(

@@ -7,13 +7,22 @@ weakened by a config file.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Literal
 
-from ._errors import AuthError, ConnectError, ConnectReason, HostKeyError, TransportError, TransportLost
+from ._errors import (
+    AuthError,
+    ConnectError,
+    ConnectReason,
+    HostKeyError,
+    TransportError,
+    TransportLost,
+    UnresolvedHost,
+)
 from ._settings import TargetSpec, TransportSettings
 
-__all__ = ["SshArgs", "classify_ssh_failure", "is_mux_presession_failure"]
+__all__ = ["SshArgs", "classify_ssh_failure", "host_key_error", "is_mux_presession_failure", "tail_lines"]
 
 
 def _escape_path(path: Path) -> str:
@@ -93,9 +102,29 @@ _HOSTKEY_CHANGED = (
     "has changed and you have requested",
 )
 _HOSTKEY_OTHER = ("Host key verification failed", "No ED25519 host key is known", "host key is known for")
+# ssh's lines worth keeping from a host-key failure (the banner and the boilerplate around it are dropped)
+_HOSTKEY_LINES = (
+    "REMOTE HOST IDENTIFICATION HAS CHANGED",
+    "key sent by the remote host is",
+    "SHA256:",
+    "Offending",
+    "ssh-keygen -f",
+    "Host key for",
+    "host key is known for",
+    "Host key verification failed",
+)
+_KEY_HOST = re.compile(r"(?:Host key for|host key is known for) (\S+)")
+_FINGERPRINT = re.compile(r"\b(SHA256:[A-Za-z0-9+/]{43})")
+_OFFENDING = re.compile(r"Offending \S+ key in (\S+?):(\d+)\s*$", re.MULTILINE)
+_BRACKETED = re.compile(r"^\[(.+)\]:(\d+)$")
+_RESOLVE = (
+    "Could not resolve hostname",
+    "Name or service not known",
+    "No address associated with hostname",
+    "Temporary failure in name resolution",
+)
+_RESOLVE_HOST = re.compile(r"Could not resolve hostname (\S+?):")
 _CONNECT: tuple[tuple[str, ConnectReason], ...] = (
-    ("Could not resolve hostname", "unknown_host"),
-    ("Name or service not known", "unknown_host"),
     ("Connection refused", "refused"),
     ("Connection timed out", "timeout"),
     ("Operation timed out", "timeout"),
@@ -118,23 +147,101 @@ def is_mux_presession_failure(stderr: str) -> bool:
     return any(text in stderr for text in _MUX_PRESESSION)
 
 
-def _last_lines(stderr: str, limit: int = 600) -> str:
-    return stderr.strip()[-limit:]
+def tail_lines(stderr: str, limit: int = 600) -> str:
+    """The last whole lines of ``stderr`` that fit in ``limit`` characters (never a line cut mid-word; a
+    single longer line is cut at a word boundary and marked with an ellipsis)."""
+    lines = [line.rstrip() for line in stderr.strip().splitlines() if line.strip()]
+    kept: list[str] = []
+    size = 0
+    for line in reversed(lines):
+        if size + len(line) + 1 > limit:
+            break
+        kept.append(line)
+        size += len(line) + 1
+    if not kept and lines:
+        head = lines[-1][: limit - 2]
+        return (head.rsplit(" ", 1)[0] if " " in head else head) + " …"
+    return "\n".join(reversed(kept))
+
+
+def _keyscan(host: str | None) -> str:
+    if host is None:
+        return "ssh-keyscan -p PORT HOST"
+    m = _BRACKETED.match(host)
+    return f"ssh-keyscan -p {m.group(2)} {m.group(1)}" if m else f"ssh-keyscan {host}"
+
+
+def host_key_error(stderr: str, *, target: str, stage: str, changed: bool) -> HostKeyError:
+    """ssh's relevant lines, whole, followed by what to do about it."""
+    lines: list[str] = []
+    for line in stderr.splitlines():
+        line = line.strip()
+        if line and line not in lines and any(text in line for text in _HOSTKEY_LINES):
+            lines.append(line)
+    m = _KEY_HOST.search(stderr)
+    host = m.group(1) if m else None
+    m = _FINGERPRINT.search(stderr)
+    fingerprint = m.group(1) if m else None
+    m = _OFFENDING.search(stderr)
+    known_file = m.group(1) if m else None
+    known_hosts = f"{m.group(1)}:{m.group(2)}" if m else None
+    if changed:
+        where = f" in {known_hosts}" if known_hosts else ""
+        sent = f" ({fingerprint})" if fingerprint else ""
+        advice = (
+            f"What to do: the host sent a different key{sent} than the one recorded{where}; this is what a "
+            "man-in-the-middle attack looks like. Confirm the new fingerprint with the host's administrator "
+            "first; only then remove the old entry (the ssh-keygen -R line above) and add the verified key "
+            f"(e.g. {_keyscan(host)} >> {known_file or '~/.ssh/known_hosts'}). "
+            'host_key_policy = "accept-new" never accepts a changed key.'
+        )
+    else:
+        advice = (
+            f"What to do: add the host's key to known_hosts after verifying its fingerprint out of band "
+            f"(e.g. {_keyscan(host)} >> ~/.ssh/known_hosts, or the UserKnownHostsFile of your ssh "
+            "configuration; compare with ssh-keygen -lf /etc/ssh/ssh_host_ed25519_key.pub on the host), "
+            f'or set host_key_policy = "accept-new" on target {target} while enrolling it '
+            "(first contact only)."
+        )
+    detail = "\n".join([*(lines or [tail_lines(stderr)]), advice])
+    return HostKeyError(
+        detail,
+        target=target,
+        stage=stage,
+        reason="changed" if changed else "unknown",
+        host=host,
+        fingerprint=fingerprint,
+        known_hosts=known_hosts,
+    )
+
+
+def _unresolved(stderr: str, *, target: str, stage: str) -> UnresolvedHost:
+    m = _RESOLVE_HOST.search(stderr)
+    host = m.group(1) if m else None
+    lines = [line.strip() for line in stderr.splitlines() if any(text in line for text in _RESOLVE)]
+    what = f"the host name {host!r}" if host else "the host name"
+    advice = (
+        f"What to do: {what} does not resolve here; check the target's host (or the HostName the ssh "
+        "configuration gives it) and the name service."
+    )
+    return UnresolvedHost("\n".join([*lines[:3], advice]), target=target, stage=stage, host=host)
 
 
 def classify_ssh_failure(
     stderr: str, *, target: str, stage: str, command_started: bool | None
 ) -> TransportError:
     """Map ssh's exit 255 (before or without the wrapper's end marker) onto the exception tree."""
-    detail = _last_lines(stderr)
+    detail = tail_lines(stderr)
     if command_started:
         return TransportLost(detail, target=target, stage=stage, command_started=True)
     if any(text in stderr for text in _HOSTKEY_CHANGED):
-        return HostKeyError(detail, target=target, stage=stage, reason="changed")
+        return host_key_error(stderr, target=target, stage=stage, changed=True)
     if any(text in stderr for text in _HOSTKEY_OTHER):
-        return HostKeyError(detail, target=target, stage=stage, reason="unknown")
+        return host_key_error(stderr, target=target, stage=stage, changed=False)
     if "Permission denied" in stderr or "Too many authentication failures" in stderr:
         return AuthError(detail, target=target, stage=stage)
+    if any(text in stderr for text in _RESOLVE):
+        return _unresolved(stderr, target=target, stage=stage)
     for text, reason in _CONNECT:
         if text in stderr:
             return ConnectError(detail, target=target, stage=stage, reason=reason)

@@ -21,7 +21,7 @@ import pytest
 from anyio.abc import ByteStream, Process, SocketAttribute
 from anyio.streams.buffered import BufferedByteReceiveStream
 
-from remoteops._embedded import EmbeddedTarget
+from remoteops.embedded import EmbeddedTarget
 
 pytestmark = pytest.mark.anyio
 

@@ -2,15 +2,20 @@
 
 from __future__ import annotations
 
+import re
 import shutil
+import subprocess
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
+import anyio
 import pytest
 
 from remoteops import HostKeyError, RemoteOps, TargetSpec, TransportSettings
 from tests.fixtures.sshd import SshdInstance
+
+pytestmark = [pytest.mark.anyio, pytest.mark.sshd]
 
 
 @pytest.fixture
@@ -35,7 +40,6 @@ def _settings(cfg: Path) -> TransportSettings:
     return TransportSettings(ssh_config_file=cfg, control_dir=cfg.parent / "ctl")
 
 
-@pytest.mark.anyio
 async def test_an_unknown_host_key_is_refused_under_the_strict_default(
     fresh_known_hosts: tuple[Path, Path],
 ) -> None:
@@ -48,7 +52,6 @@ async def test_an_unknown_host_key_is_refused_under_the_strict_default(
     assert known.read_text() == ""
 
 
-@pytest.mark.anyio
 async def test_accept_new_records_the_first_key_and_then_checks_it(
     fresh_known_hosts: tuple[Path, Path], sshd: SshdInstance
 ) -> None:
@@ -66,3 +69,71 @@ async def test_accept_new_records_the_first_key_and_then_checks_it(
         with pytest.raises(HostKeyError) as info:
             await ops.run("t", ["true"])
     assert info.value.reason == "changed"
+
+
+def _ssh_stderr(cfg: Path, alias: str) -> list[str]:
+    """What OpenSSH itself prints for ``alias`` (strict checking), as stripped lines."""
+    proc = subprocess.run(
+        ["ssh", "-F", str(cfg), "-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=yes", alias, "true"],
+        capture_output=True,
+        check=False,
+        timeout=30,
+    )
+    assert proc.returncode == 255
+    return [line.strip() for line in proc.stderr.decode().splitlines()]
+
+
+def _ssh_part(error: HostKeyError) -> list[str]:
+    lines = error.detail.splitlines()
+    advice = next(i for i, line in enumerate(lines) if line.startswith("What to do:"))
+    return lines[:advice]
+
+
+@pytest.mark.parametrize("mode", ["auto", "required", "off"])
+async def test_a_changed_host_key_error_carries_sshs_whole_lines_fingerprint_and_offending_entry(
+    sshd: SshdInstance, mode: str
+) -> None:
+    settings = TransportSettings(
+        ssh_config_file=sshd.ssh_config, control_dir=sshd.control_dir, multiplex=mode
+    )
+    target = TargetSpec(name="bad", host=sshd.alias("badhostkey"))
+    async with RemoteOps(settings, [target]) as ops:
+        with pytest.raises(HostKeyError) as info:
+            await ops.run("bad", ["true"])
+    error = info.value
+    raw = _ssh_stderr(sshd.ssh_config, sshd.alias("badhostkey"))
+    shown = _ssh_part(error)
+    assert set(shown) <= set(raw)  # whole lines of ssh's own output, none cut
+    assert "Host key verification failed." in shown
+    assert any(line.startswith("ssh-keygen -f ") for line in shown)  # ssh's own removal command
+    assert (error.reason, error.host) == ("changed", f"[127.0.0.1]:{sshd.port}")
+    assert error.fingerprint is not None
+    assert error.fingerprint in " ".join(raw)
+    bad_known = sshd.known_hosts.parent / "known_hosts_bad"
+    assert error.known_hosts == f"{bad_known}:1"
+    assert "accept-new" in error.detail  # says that accept-new is no way out for a changed key
+
+
+async def test_an_unknown_host_key_error_says_how_to_add_the_key_and_following_it_works(
+    fresh_known_hosts: tuple[Path, Path], sshd: SshdInstance
+) -> None:
+    cfg, known = fresh_known_hosts
+    target = TargetSpec(name="t", host="sshd-unknown")
+    async with RemoteOps(_settings(cfg), [target]) as ops:
+        with pytest.raises(HostKeyError) as info:
+            await ops.run("t", ["true"])
+        error = info.value
+        assert (error.reason, error.host) == ("unknown", f"[127.0.0.1]:{sshd.port}")
+        assert set(_ssh_part(error)) <= set(_ssh_stderr(cfg, "sshd-unknown"))
+        assert 'host_key_policy = "accept-new"' in error.detail
+        advised = re.search(r"ssh-keyscan -p (\d+) (\S+) >>", error.detail)
+        assert advised is not None
+        assert advised.groups() == (str(sshd.port), "127.0.0.1")
+        # follow the advice (the fixture's own key is the verified one here): the next call succeeds
+        scan = await anyio.run_process(
+            ["ssh-keyscan", "-t", "ed25519", "-p", advised.group(1), advised.group(2)], check=True
+        )
+        known.write_bytes(scan.stdout)
+        with anyio.fail_after(30):
+            result = await ops.run("t", ["echo", "enrolled"])
+    assert (result.exit_code, result.stdout) == (0, "enrolled\n")
