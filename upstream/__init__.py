@@ -4,7 +4,6 @@ no replay after ambiguous loss, faithful passthrough of tools and results.
 Knows nothing of `gateway` or `remoteops`. The exception tree is drawn in `upstream._errors`.
 """
 
-from upstream._backoff import Backoff
 from upstream._elicit import ElicitCallback
 from upstream._errors import (
     UpstreamAmbiguous,
@@ -17,13 +16,19 @@ from upstream._errors import (
     UpstreamUnavailable,
 )
 from upstream._health import UpstreamHealth, UpstreamState
+from upstream._reconnect import Backoff
 from upstream._settings import UpstreamSettings
+from upstream._stderr import StderrCallback, StderrLine
+from upstream._transport import SecretCallback
 from upstream._upstream import ProgressCallback, ToolsChangedCallback, Upstream
 
 __all__ = [
     "Backoff",
     "ElicitCallback",
     "ProgressCallback",
+    "SecretCallback",
+    "StderrCallback",
+    "StderrLine",
     "ToolsChangedCallback",
     "Upstream",
     "UpstreamAmbiguous",

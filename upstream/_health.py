@@ -37,8 +37,17 @@ class UpstreamHealth(BaseModel):
     ambiguous_losses: int
     session_not_found_retries: int
     last_error_class: str | None
+    last_error: str | None
+    """What went wrong last, in words (names the command that could not be started, the time limit
+    that applied); built from the gateway's own knowledge, never from the upstream's messages."""
     last_error_at: str | None
     """UTC ISO-8601 time of the last error."""
+    consecutive_failures: int
+    """Failed connection attempts since the last working connection (0 while connected)."""
+    retry_delay_s: float | None
+    """The wait chosen before the next attempt (capped exponential with jitter), while down."""
+    last_probe_ok_at: str | None
+    """UTC ISO-8601 time of the last answered liveness probe on the current connection."""
 
 
 def utc_now_iso() -> str:
@@ -54,8 +63,13 @@ class Stats:
     ambiguous_losses: int = 0
     session_not_found_retries: int = 0
     last_error_class: str | None = None
+    last_error: str | None = None
     last_error_at: str | None = None
+    consecutive_failures: int = 0
+    retry_delay_s: float | None = None
+    last_probe_ok_at: str | None = None
 
-    def record_error(self, error_class: str) -> None:
+    def record_error(self, error_class: str, description: str | None = None) -> None:
         self.last_error_class = error_class
+        self.last_error = description or error_class
         self.last_error_at = utc_now_iso()

@@ -47,11 +47,16 @@ class UpstreamSettings(BaseModel):
     call's own ceiling) before the upstream is told that no answer came."""
     list_timeout_s: float = Field(default=30.0, gt=0)
     """Bound on a tools/list refresh after notifications/tools/list_changed."""
-    keepalive_interval_s: float = Field(default=30.0, ge=0)
-    """While idle, ping the upstream this often (0 = never): a wedged or silently dropped upstream is
-    noticed and reconnected before the next caller needs it."""
-    keepalive_timeout_s: float = Field(default=10.0, gt=0)
-    """A ping not answered within this bound marks the connection lost (no call was in flight)."""
+    keepalive_interval_s: float = Field(default=10.0, ge=0)
+    """Probe the upstream's liveness this often (a ping; `server/discover` on 2026-07-28+ connections),
+    idle or with calls in flight (0 = never). Each probe is bounded by `liveness_timeout_s`."""
+    liveness_timeout_s: float = Field(default=30.0, gt=0)
+    """An upstream that answers no probe for this long is declared lost: calls in flight end as
+    ambiguous at that moment and the supervisor reconnects. Must exceed `keepalive_interval_s`."""
+    first_list_wait_s: float = Field(default=5.0, ge=0)
+    """While the first connection since start is being made, how long (from start) the gateway's
+    tools/list waits for it, so the first list already holds this upstream's tools. An upstream known
+    to be down never delays listing."""
 
     backoff_initial_s: float = Field(default=0.5, gt=0)
     backoff_max_s: float = Field(default=30.0, gt=0)
@@ -71,6 +76,8 @@ class UpstreamSettings(BaseModel):
                 raise ValueError("transport 'stdio' needs command (an argv list)")
             if self.url is not None or self.headers or self.bearer_token_file is not None:
                 raise ValueError("url/headers/bearer_token_file apply to transport 'http' only")
+        if self.keepalive_interval_s > 0 and self.liveness_timeout_s <= self.keepalive_interval_s:
+            raise ValueError("liveness_timeout_s must exceed keepalive_interval_s")
         if self.backoff_max_s < self.backoff_initial_s:
             raise ValueError("backoff_max_s must be >= backoff_initial_s")
         lowered = {key.lower() for key in self.headers}

@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 import math
 import uuid
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import anyio
@@ -21,16 +21,19 @@ import anyio.lowlevel
 import mcp_types as types
 from mcp.shared.exceptions import MCPError
 from pydantic import ValidationError
+from tenacity import RetryCallState
 
-from upstream._backoff import Backoff
 from upstream._calls import Outcome, classify, list_all_tools
 from upstream._connection import DRAIN_S, Connection
 from upstream._elicit import ElicitRouter
 from upstream._errors import UpstreamClosed
+from upstream._failures import connect_timeout, describe, error_class, liveness_timeout
 from upstream._health import Stats, UpstreamState, utc_now_iso
-from upstream._keepalive import keepalive
+from upstream._liveness import LIVENESS_LOST, liveness
+from upstream._reconnect import Backoff
 from upstream._settings import UpstreamSettings
-from upstream._transport import LOCAL_MARK, open_client
+from upstream._stderr import StderrCallback
+from upstream._transport import SecretCallback, open_client
 
 __all__ = ["Supervisor", "ToolsChangedCallback"]
 
@@ -40,16 +43,7 @@ ToolsChangedCallback = Callable[[tuple[types.Tool, ...]], Awaitable[None]]
 """Called with the new tool list after notifications/tools/list_changed, and whenever a
 (re)connect publishes a list that differs from the previous one (the first connect included)."""
 
-
-def _leaf_error_class(exc: BaseException) -> str:
-    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
-        exc = exc.exceptions[0]
-    if isinstance(exc, MCPError):
-        data = exc.data
-        if isinstance(data, Mapping) and LOCAL_MARK in data:
-            return str(data.get("error_class", "TransportError"))
-        return f"MCPError({exc.code})"
-    return type(exc).__name__
+_QUIET_LOSSES = (None, "closed", "session-not-found")
 
 
 def _dump(tools: tuple[types.Tool, ...] | None) -> list[dict[str, Any]] | None:
@@ -71,13 +65,19 @@ class Supervisor:
         *,
         backoff: Backoff,
         on_tools_changed: ToolsChangedCallback | None,
+        on_stderr: StderrCallback | None = None,
+        on_secret: SecretCallback | None = None,
     ) -> None:
         self.settings = settings
         self.backoff = backoff
         self._on_tools_changed = on_tools_changed
+        self._on_stderr = on_stderr
+        self._on_secret = on_secret
         self.stats = Stats()
         self.state: UpstreamState = "stopped"
         self.running = False
+        self.started_at: float | None = None
+        """anyio time at which `run` started (the first connection attempt)."""
         self.conn: Connection | None = None
         self._ready = anyio.Event()
         self.tools: tuple[types.Tool, ...] | None = None
@@ -94,27 +94,64 @@ class Supervisor:
         self.changed.set()
         self.changed = anyio.Event()
 
+    def first_attempt_in_flight(self) -> bool:
+        """The first connection since start is still being made (no verdict on it yet)."""
+        stats = self.stats
+        return (
+            self.running
+            and stats.connect_successes == 0
+            and stats.connect_attempts <= 1
+            and (stats.attempts_in_flight > 0 or stats.connect_attempts == 0)
+        )
+
     async def run(self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
-        """Supervise the connection until cancelled. Never raises anything but cancellation."""
+        """Supervise the connection until cancelled. Never raises anything but cancellation.
+
+        Each outage is one tenacity run (`Backoff.retrying`), ended by the first working connection;
+        once that connection is lost, a new run starts — after the initial delay, except after a
+        definitive "session not found" (the upstream is alive: re-initialise now).
+        """
         if self.running:
             raise RuntimeError(f"upstream {self.name!r} is already running")
         self.running = True
+        self.started_at = anyio.current_time()
         self.state = "starting"
         try:
             task_status.started()
             while True:
-                conn = await self._attempt()
+                retrying = self.backoff.retrying(before_sleep=self._before_sleep)
+                conn: Connection = await retrying(self._attempt_working)
                 if conn.lost_reason == "session-not-found":
-                    continue  # the upstream is alive and answered definitively: re-initialise now
+                    continue
                 self.state = "down"
+                self.stats.retry_delay_s = self.backoff(RetryCallState(retrying, None, (), {}))
                 self.signal()
-                await anyio.sleep(self.backoff.fail())
+                await anyio.sleep(self.stats.retry_delay_s)
         finally:
             self.running = False
             self.state = "stopped"
             self.conn = None
             self._ready.set()  # wake waiters so they see the stop
             self.signal()
+
+    def _before_sleep(self, retry_state: RetryCallState) -> None:
+        stats = self.stats
+        stats.consecutive_failures = retry_state.attempt_number
+        stats.retry_delay_s = retry_state.upcoming_sleep
+        self.state = "down"
+        logger.warning(
+            "upstream %r: connection attempt %d failed: %s; next attempt in %.2fs",
+            self.name,
+            retry_state.attempt_number,
+            stats.last_error,
+            retry_state.upcoming_sleep,
+        )
+        self.signal()
+
+    async def _attempt_working(self) -> Connection | bool:
+        """One attempt for tenacity: the (now lost) connection if it worked, False if it failed."""
+        conn = await self._attempt()
+        return conn if conn.client is not None else False
 
     async def _attempt(self) -> Connection:
         """One connection attempt; returns when it failed or, once verified, when it is lost."""
@@ -135,56 +172,83 @@ class Supervisor:
                     on_lost=conn.mark_lost,
                     message_handler=conn.handle_message,
                     elicitation_callback=router,
+                    on_stderr=self._on_stderr,
+                    on_secret=self._on_secret,
                 ) as client:
                     tools = await list_all_tools(client.session)
                     scope.deadline = math.inf
                     stats.attempts_in_flight -= 1
                     in_flight = False
-                    # Functional success: only now may the backoff reset.
-                    self.backoff.reset()
+                    # Functional success: this tenacity run ends here (the only reset of the backoff).
                     stats.connect_successes += 1
+                    stats.consecutive_failures = 0
+                    stats.retry_delay_s = None
                     conn.client = client
                     conn.connected_since = utc_now_iso()
                     self.protocol_version = client.protocol_version
                     self.server_info = client.server_info
                     changed = _dump(tools) != _dump(self.tools)
                     self.tools = tools
-                    self.conn = conn
-                    self.state = "connected"
-                    self._ready.set()
-                    self.signal()
-                    async with anyio.create_task_group() as conn_tg:
-                        conn_tg.start_soon(self._refresh_tools, conn, changed)
-                        conn_tg.start_soon(keepalive, conn, self.settings, self.protocol_version)
-                        await conn.lost.wait()
-                        conn_tg.cancel_scope.cancel()
-                    if conn.lost_reason not in (None, "closed", "session-not-found"):
-                        stats.record_error(conn.lost_reason)
-                    self.state = "reconnecting"
-                    self.signal()
-                    with anyio.move_on_after(DRAIN_S):
-                        await conn.drained()
+                    async with anyio.create_task_group() as requests:
+                        conn.requests = requests
+                        self._publish(conn)
+                        async with anyio.create_task_group() as conn_tg:
+                            conn_tg.start_soon(self._refresh_tools, conn, changed)
+                            conn_tg.start_soon(
+                                liveness, conn, self.settings, self.protocol_version, self._probe_answered
+                            )
+                            await conn.lost.wait()
+                            self._unpublish(conn)
+                            self._record_loss(conn)
+                            conn_tg.cancel_scope.cancel()
+                        if not conn.aborted:
+                            with anyio.move_on_after(DRAIN_S):
+                                await conn.drained()
+                        requests.cancel_scope.cancel()
                     # Closing the client talks to the upstream (e.g. an HTTP session DELETE); a wedged
                     # upstream must not hold the supervisor: bound the teardown like a connect.
                     scope.deadline = anyio.current_time() + self.settings.connect_timeout_s
             if scope.cancelled_caught and conn.client is None:
-                stats.record_error("ConnectTimeout")
+                conn.mark_lost("ConnectTimeout")
+                stats.record_error("ConnectTimeout", connect_timeout(self.settings))
         except Exception as exc:  # boundary: any upstream failure ends this attempt, never the gateway
             if conn.client is not None and conn.lost.is_set():
-                pass  # teardown noise after a loss already recorded below
+                pass  # teardown noise after a loss already recorded
             else:
-                conn.mark_lost(_leaf_error_class(exc))
-                stats.record_error(_leaf_error_class(exc))
-                logger.warning("upstream %r connection failed: %s", self.name, _leaf_error_class(exc))
+                conn.mark_lost(error_class(exc))
+                stats.record_error(error_class(exc), describe(exc, self.settings))
         finally:
             if in_flight:
                 stats.attempts_in_flight -= 1
             conn.mark_lost(conn.lost_reason or "closed")
-            if self.conn is conn:
-                self.conn = None
-                self._ready = anyio.Event()
+            self._unpublish(conn)
         self.signal()
         return conn
+
+    def _publish(self, conn: Connection) -> None:
+        self.conn = conn
+        self.state = "connected"
+        self._ready.set()
+        self.signal()
+
+    def _unpublish(self, conn: Connection) -> None:
+        if self.conn is conn:
+            self.conn = None
+            self._ready = anyio.Event()
+            if self.running:
+                self.state = "reconnecting"
+            self.signal()
+
+    def _record_loss(self, conn: Connection) -> None:
+        reason = conn.lost_reason
+        if reason in _QUIET_LOSSES or reason is None:
+            return
+        description = liveness_timeout(self.settings) if reason == LIVENESS_LOST else None
+        self.stats.record_error(reason, description)
+        logger.warning("upstream %r: connection lost: %s", self.name, description or reason)
+
+    def _probe_answered(self) -> None:
+        self.stats.last_probe_ok_at = utc_now_iso()
 
     async def _refresh_tools(self, conn: Connection, changed: bool) -> None:
         if changed:
@@ -225,6 +289,7 @@ class Supervisor:
             conn = self.conn
             if conn is not None and not conn.lost.is_set():
                 return conn
-            await self._ready.wait()
-            if self.conn is None or self.conn.lost.is_set():
-                await anyio.lowlevel.checkpoint()
+            if conn is None:
+                await self._ready.wait()
+            else:
+                await self.changed.wait()  # lost, not yet unpublished: the supervisor signals next

@@ -15,7 +15,6 @@ polling:
 from __future__ import annotations
 
 import json
-import sys
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from types import TracebackType
@@ -31,8 +30,9 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.message import SessionMessage
 
 from upstream._settings import UpstreamSettings
+from upstream._stderr import StderrCallback, stderr_pipe
 
-__all__ = ["LOCAL_MARK", "open_client"]
+__all__ = ["LOCAL_MARK", "SecretCallback", "open_client"]
 
 LOCAL_MARK: Final = "upstream.local"
 """Key in a synthetic error's `data` naming the connection tag that produced it."""
@@ -47,6 +47,9 @@ _NOT_SENT: Final = (
 )
 
 LostFn = Callable[[str], None]
+SecretCallback = Callable[[str], None]
+"""Receives every credential this package reads at runtime (a bearer token file's content, read again
+on each connect so it can rotate), before it is used, so the embedding application can redact it."""
 
 
 class _WatchedReceiveStream:
@@ -172,15 +175,30 @@ async def _watched(inner: Any, on_lost: LostFn) -> AsyncIterator[Any]:
         yield _WatchedReceiveStream(read_stream, on_lost), write_stream
 
 
-def _http_headers(settings: UpstreamSettings) -> dict[str, str]:
+def _http_headers(settings: UpstreamSettings, on_secret: SecretCallback | None) -> dict[str, str]:
     headers = dict(settings.headers)
     if settings.bearer_token_file is not None:
         # Read on every connect so a rotated token is picked up; never logged.
         token = settings.bearer_token_file.read_text(encoding="utf-8").strip()
         if not token:
             raise ValueError(f"bearer token file for upstream {settings.name!r} is empty")
+        if on_secret is not None:
+            on_secret(token)  # known to the redactor before anything can carry it
         headers["Authorization"] = f"Bearer {token}"
     return headers
+
+
+@asynccontextmanager
+async def _stdio(
+    params: StdioServerParameters, settings: UpstreamSettings, on_stderr: StderrCallback | None
+) -> AsyncIterator[Any]:
+    """stdio_client with the child's stderr on a pipe that is read line by line (never copied raw)."""
+    async with (
+        stderr_pipe(settings.name, on_stderr) as sink,
+        stdio_client(params, errlog=sink.file) as streams,
+    ):
+        sink.spawned()  # the child holds its end now; ours is closed so its exit ends the reader
+        yield streams
 
 
 @asynccontextmanager
@@ -191,11 +209,15 @@ async def open_client(
     on_lost: LostFn,
     message_handler: MessageHandlerFnT,
     elicitation_callback: ElicitationFnT | None = None,
+    on_stderr: StderrCallback | None = None,
+    on_secret: SecretCallback | None = None,
 ) -> AsyncIterator[Client]:
     """Connect to the upstream and complete the handshake; the yielded `Client` is ready for requests.
 
     `elicitation_callback`, when given, declares the elicitation capability and answers the
-    upstream's elicitation/create requests.
+    upstream's elicitation/create requests. `on_stderr` receives a stdio upstream's stderr lines
+    (default: the `upstream.stderr` logger); `on_secret` every credential read for this connect.
+    A stdio upstream's stdout is decoded as UTF-8 with replacement, like the gateway's own stdin.
     Raises whatever the spawn, connect or handshake raised (the supervisor records it and retries).
     """
     if settings.transport == "http":
@@ -208,7 +230,10 @@ async def open_client(
         )
         guarded = _GuardedTransport(httpx2.AsyncHTTPTransport(), tag=tag, on_lost=on_lost)
         http_client = httpx2.AsyncClient(
-            headers=_http_headers(settings), timeout=timeout, transport=guarded, follow_redirects=False
+            headers=_http_headers(settings, on_secret),
+            timeout=timeout,
+            transport=guarded,
+            follow_redirects=False,
         )
         async with http_client:
             transport = _watched(streamable_http_client(settings.url, http_client=http_client), on_lost)
@@ -227,8 +252,9 @@ async def open_client(
             args=list(settings.command[1:]),
             env=dict(settings.env) or None,
             cwd=settings.cwd,
+            encoding_error_handler="replace",
         )
-        transport = _watched(stdio_client(params, errlog=sys.stderr), on_lost)
+        transport = _watched(_stdio(params, settings, on_stderr), on_lost)
         async with Client(
             transport,
             mode=settings.mode,

@@ -21,9 +21,8 @@ import mcp_types as types
 from mcp.shared.exceptions import MCPError
 from pydantic import ValidationError
 
-from upstream._backoff import Backoff
 from upstream._calls import Outcome, call_params, classify
-from upstream._connection import Connection
+from upstream._connection import Abandoned, Connection
 from upstream._elicit import ElicitCallback
 from upstream._errors import (
     UpstreamAmbiguous,
@@ -34,8 +33,12 @@ from upstream._errors import (
     UpstreamUnavailable,
 )
 from upstream._health import UpstreamHealth
+from upstream._liveness import LIVENESS_LOST
+from upstream._reconnect import Backoff
 from upstream._settings import UpstreamSettings
+from upstream._stderr import StderrCallback
 from upstream._supervisor import Supervisor, ToolsChangedCallback
+from upstream._transport import SecretCallback
 
 __all__ = ["ProgressCallback", "ToolsChangedCallback", "Upstream"]
 
@@ -61,7 +64,12 @@ class Upstream:
         *,
         on_tools_changed: ToolsChangedCallback | None = None,
         backoff: Backoff | None = None,
+        on_stderr: StderrCallback | None = None,
+        on_secret: SecretCallback | None = None,
     ) -> None:
+        """`on_stderr` receives a stdio upstream's stderr line by line (default: the `upstream.stderr`
+        logger); `on_secret` receives each credential read at runtime (a rotated bearer token) before
+        it is used, so the embedding application can redact it."""
         self.settings = settings
         self.backoff = backoff or Backoff(
             initial_s=settings.backoff_initial_s,
@@ -69,12 +77,30 @@ class Upstream:
             multiplier=settings.backoff_multiplier,
             jitter=settings.backoff_jitter,
         )
-        self._sup = Supervisor(settings, backoff=self.backoff, on_tools_changed=on_tools_changed)
+        self._sup = Supervisor(
+            settings,
+            backoff=self.backoff,
+            on_tools_changed=on_tools_changed,
+            on_stderr=on_stderr,
+            on_secret=on_secret,
+        )
         self._exit_stack: AsyncExitStack | None = None
 
     @property
     def name(self) -> str:
         return self.settings.name
+
+    async def first_connection(self) -> None:
+        """Return once the first connection since start has a verdict (connected or failed), or at
+        once when it has one already or the upstream is not running; never later than
+        `settings.first_list_wait_s` after start. For a first tools/list that should hold this
+        upstream's tools without waiting for an upstream known to be down."""
+        sup = self._sup
+        if sup.started_at is None:
+            return
+        with anyio.move_on_after(sup.started_at + self.settings.first_list_wait_s - anyio.current_time()):
+            while sup.first_attempt_in_flight():
+                await sup.changed.wait()
 
     async def wait_for(self, predicate: Callable[[UpstreamHealth], bool]) -> UpstreamHealth:
         """Wait until `predicate(health())` holds (unbounded: wrap it in `anyio.fail_after`)."""
@@ -161,16 +187,23 @@ class Upstream:
             conn = await self._acquire(started)
             session = conn.session()
             sent_at = anyio.current_time()
-            result: types.CallToolResult | None = None
-            conn.call_started()
-            routed = conn.router.enter(elicit, deadline=sent_at + self.settings.call_timeout_s)
-            answered = False  # stays False if cancelled or timed out: the upstream may still run it
+            limit = self.settings.call_timeout_s
+            routed = conn.router.enter(elicit, deadline=sent_at + limit)
+            answered = False  # stays False if cancelled or abandoned: the upstream may still run it
+
+            async def send(session: Any = session) -> types.CallToolResult:
+                result: types.CallToolResult = await session.send_request(
+                    request, types.CallToolResult, progress_callback=progress
+                )
+                return result
+
             try:
-                with anyio.move_on_after(self.settings.call_timeout_s):
-                    result = await session.send_request(
-                        request, types.CallToolResult, progress_callback=progress
-                    )
-                answered = result is not None
+                result = await conn.request(send, limit_s=limit)
+                answered = True
+            except Abandoned as exc:
+                if exc.timed_out:
+                    raise self._timed_out(name, sent_at, limit) from None
+                raise self._ambiguous(name, sent_at, exc.reason) from None
             except MCPError as exc:
                 answered = True
                 outcome, error_class = classify(exc, tag=conn.tag, connection_lost=conn.lost.is_set())
@@ -209,27 +242,37 @@ class Upstream:
                 ) from exc
             finally:
                 conn.router.leave(routed, answered=answered)
-                conn.call_ended()
-            if result is None:
-                self._sup.stats.ambiguous_losses += 1
-                self._sup.stats.record_error("TimeoutError")
-                self._sup.signal()
-                raise UpstreamCallTimeout(
-                    f"upstream {self.name!r}: {name} did not answer within {self.settings.call_timeout_s}s",
-                    upstream=self.name,
-                    tool=name,
-                    elapsed_s=anyio.current_time() - sent_at,
-                    timeout_s=self.settings.call_timeout_s,
-                )
             return result
 
-    def _ambiguous(self, tool: str, sent_at: float, error_class: str) -> UpstreamAmbiguous:
+    def _timed_out(self, tool: str, sent_at: float, limit: float) -> UpstreamCallTimeout:
         self._sup.stats.ambiguous_losses += 1
-        self._sup.stats.record_error(error_class)
+        self._sup.stats.record_error(
+            "TimeoutError", f"{tool} did not answer within call_timeout_s = {limit:g}s"
+        )
         self._sup.signal()
         elapsed = anyio.current_time() - sent_at
+        return UpstreamCallTimeout(
+            f"upstream {self.name!r}: {tool} did not answer within call_timeout_s = {limit:g}s "
+            f"(gave up after {elapsed:.1f}s); it may or may not have run and was not re-sent",
+            upstream=self.name,
+            tool=tool,
+            elapsed_s=elapsed,
+            timeout_s=limit,
+        )
+
+    def _ambiguous(self, tool: str, sent_at: float, error_class: str) -> UpstreamAmbiguous:
+        stats = self._sup.stats
+        stats.ambiguous_losses += 1
+        if error_class != stats.last_error_class:
+            stats.record_error(error_class)
+        self._sup.signal()
+        elapsed = anyio.current_time() - sent_at
+        why = ""
+        if error_class == LIVENESS_LOST:
+            limit = self.settings.liveness_timeout_s
+            why = f" (no liveness probe answered within liveness_timeout_s = {limit:g}s)"
         return UpstreamAmbiguous(
-            f"upstream {self.name!r}: connection lost during {tool} after {elapsed:.1f}s; "
+            f"upstream {self.name!r}: connection lost during {tool} after {elapsed:.1f}s{why}; "
             "the call may or may not have run and was not re-sent",
             upstream=self.name,
             tool=tool,
@@ -262,5 +305,9 @@ class Upstream:
             ambiguous_losses=stats.ambiguous_losses,
             session_not_found_retries=stats.session_not_found_retries,
             last_error_class=stats.last_error_class,
+            last_error=stats.last_error,
             last_error_at=stats.last_error_at,
+            consecutive_failures=stats.consecutive_failures,
+            retry_delay_s=stats.retry_delay_s if state == "down" else None,
+            last_probe_ok_at=stats.last_probe_ok_at if conn is not None else None,
         )

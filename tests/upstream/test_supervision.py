@@ -10,40 +10,66 @@ from pathlib import Path
 import anyio
 import pytest
 from pydantic import ValidationError
+from tenacity import RetryCallState
 
 from tests.fixtures.procs import free_port
 from tests.upstream.conftest import FaultServer, StdioFault
-from upstream import Backoff, Upstream, UpstreamClosed, UpstreamSettings, UpstreamUnavailable
+from upstream import Backoff, Upstream, UpstreamClosed, UpstreamHealth, UpstreamSettings, UpstreamUnavailable
 
 pytestmark = pytest.mark.anyio
 
 
-def test_backoff_grows_geometrically_and_is_capped() -> None:
-    backoff = Backoff(initial_s=0.5, max_s=4.0, multiplier=2.0, jitter=0.0)
-    assert [backoff.fail() for _ in range(7)] == [0.5, 1.0, 2.0, 4.0, 4.0, 4.0, 4.0]
-    assert backoff.failures == 7
+class _Run:
+    """Drives one tenacity run of a real `Backoff` policy: ``fail`` failed attempts, then a working one;
+    the sleeps tenacity asks for are recorded instead of slept."""
+
+    def __init__(self, backoff: Backoff) -> None:
+        self.backoff = backoff
+        self.sleeps: list[float] = []
+
+    async def sleep(self, seconds: float) -> None:
+        self.sleeps.append(seconds)
+
+    async def outage(self, fail: int) -> list[float]:
+        self.sleeps = []
+        attempts = iter([False] * fail + [True])
+
+        async def attempt() -> bool:
+            return next(attempts)
+
+        assert await self.backoff.retrying(sleep=self.sleep)(attempt) is True
+        return self.sleeps
 
 
-def test_backoff_jitter_only_shortens_delays_by_the_injected_random_fraction() -> None:
+async def test_backoff_grows_geometrically_and_is_capped() -> None:
+    run = _Run(Backoff(initial_s=0.5, max_s=4.0, multiplier=2.0, jitter=0.0))
+    assert await run.outage(fail=7) == [0.5, 1.0, 2.0, 4.0, 4.0, 4.0, 4.0]
+
+
+async def test_backoff_jitter_only_shortens_delays_by_the_injected_random_fraction() -> None:
     draws = iter([0.0, 0.5, 0.999])
-    backoff = Backoff(initial_s=1.0, max_s=10.0, multiplier=3.0, jitter=0.5, rand=lambda: next(draws))
-    assert backoff.fail() == pytest.approx(1.0)
-    assert backoff.fail() == pytest.approx(3.0 * 0.75)
-    assert backoff.fail() == pytest.approx(9.0 * (1 - 0.5 * 0.999))
+    run = _Run(Backoff(initial_s=1.0, max_s=10.0, multiplier=3.0, jitter=0.5, rand=lambda: next(draws)))
+    assert await run.outage(fail=3) == pytest.approx([1.0, 3.0 * 0.75, 9.0 * (1 - 0.5 * 0.999)])
 
 
-def test_backoff_reset_starts_over_from_the_initial_delay() -> None:
-    backoff = Backoff(initial_s=0.1, max_s=1.0, multiplier=2.0, jitter=0.0)
-    for _ in range(5):
-        backoff.fail()
-    backoff.reset()
-    assert backoff.failures == 0
-    assert backoff.fail() == pytest.approx(0.1)
+async def test_backoff_reset_starts_over_from_the_initial_delay_after_a_working_attempt() -> None:
+    run = _Run(Backoff(initial_s=0.1, max_s=1.0, multiplier=2.0, jitter=0.0))
+    assert await run.outage(fail=5) == pytest.approx([0.1, 0.2, 0.4, 0.8, 1.0])
+    assert await run.outage(fail=2) == pytest.approx([0.1, 0.2])  # a new outage: the run starts over
 
 
 def test_backoff_survives_huge_failure_counts_without_overflow() -> None:
     backoff = Backoff(initial_s=1.0, max_s=60.0, multiplier=10.0, jitter=0.0)
-    assert backoff.base_delay(100_000) == 60.0
+    state = RetryCallState(backoff.retrying(), None, (), {})
+    state.attempt_number = 100_000
+    assert backoff(state) == 60.0
+
+
+def test_backoff_refuses_parameters_that_break_the_cap() -> None:
+    with pytest.raises(ValueError, match="invalid backoff"):
+        Backoff(initial_s=2.0, max_s=1.0, multiplier=2.0, jitter=0.0)
+    with pytest.raises(ValueError, match="invalid backoff"):
+        Backoff(initial_s=1.0, max_s=2.0, multiplier=2.0, jitter=1.5)
 
 
 def test_settings_reject_unknown_fields_and_mismatched_transport_fields(tmp_path: Path) -> None:
@@ -64,18 +90,34 @@ async def test_real_upstream_backoff_keeps_growing_until_a_working_tools_list_re
 ) -> None:
     (fault_http.state_dir / "break-list").write_text("")
     backoff = Backoff(initial_s=0.02, max_s=0.08, multiplier=2.0, jitter=0.0)
+    delays: list[tuple[int, float]] = []
+
+    def seen(h: UpstreamHealth) -> bool:
+        if (
+            h.state == "down"
+            and h.retry_delay_s is not None
+            and (h.consecutive_failures, h.retry_delay_s) not in delays
+        ):
+            delays.append((h.consecutive_failures, h.retry_delay_s))
+        return h.consecutive_failures >= 5
+
     async with Upstream(fault_http.settings(), backoff=backoff) as up:
         with anyio.fail_after(20):
             # The handshake succeeds every time, but tools/list fails: that is not a success.
-            health = await up.wait_for(lambda h: h.connect_attempts >= 5)
+            health = await up.wait_for(seen)
             assert health.connect_successes == 0
             assert health.last_error_class == "MCPError(-32603)"
-            assert backoff.failures >= 4
-            assert backoff.base_delay(backoff.failures) == 0.08
+            assert health.retry_delay_s == 0.08  # capped
+            assert delays[:4] == [(1, 0.02), (2, 0.04), (3, 0.08), (4, 0.08)]
             (fault_http.state_dir / "break-list").unlink()
             health = await up.wait_for(lambda h: h.state == "connected")
         assert health.connect_successes == 1
-        assert backoff.failures == 0
+        assert health.consecutive_failures == 0
+        assert health.retry_delay_s is None
+        fault_http.kill()  # a new outage starts over from the initial delay
+        with anyio.fail_after(20):
+            health = await up.wait_for(lambda h: h.consecutive_failures >= 1 and h.state == "down")
+        assert health.retry_delay_s == 0.02
 
 
 async def test_unreachable_upstream_never_breaks_the_host_task_group_and_callers_get_unavailable() -> None:
@@ -163,14 +205,14 @@ async def test_a_wedged_idle_upstream_is_noticed_by_keepalive_and_reconnected_wh
 ) -> None:
     assert fault_http.proc is not None
     pid = fault_http.proc.pid
-    settings = fault_http.settings(keepalive_interval_s=0.2, keepalive_timeout_s=0.5, connect_timeout_s=2)
+    settings = fault_http.settings(keepalive_interval_s=0.2, liveness_timeout_s=0.7, connect_timeout_s=2)
     async with Upstream(settings) as up:
         try:
             with anyio.fail_after(20):
                 await up.wait_for(lambda h: h.state == "connected")
                 os.kill(pid, signal.SIGSTOP)  # TCP still accepted by the kernel, nothing answers: wedged
                 health = await up.wait_for(lambda h: h.state != "connected")
-                assert up.health().last_error_class == "KeepaliveTimeout"
+                assert up.health().last_error_class == "LivenessTimeout"
         finally:
             os.kill(pid, signal.SIGCONT)
         with anyio.fail_after(30):
@@ -181,7 +223,7 @@ async def test_a_wedged_idle_upstream_is_noticed_by_keepalive_and_reconnected_wh
 
 
 async def test_keepalive_stays_quiet_on_a_healthy_idle_upstream(fault_http: FaultServer) -> None:
-    settings = fault_http.settings(keepalive_interval_s=0.05, keepalive_timeout_s=2)
+    settings = fault_http.settings(keepalive_interval_s=0.05, liveness_timeout_s=2)
     async with Upstream(settings) as up:
         with anyio.fail_after(20):
             await up.wait_for(lambda h: h.state == "connected")
