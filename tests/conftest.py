@@ -1,6 +1,11 @@
 """Shared pytest configuration: asyncio is the only backend (asyncssh and uvicorn need it), the real
 OpenSSH sshd (tests/fixtures/sshd.py) shared by the remoteops, gateway and privilege tests, and libtmux-mcp on
-a private tmux server (tests/fixtures/libtmux.py) for the upstream and gateway relay tests."""
+a private tmux server (tests/fixtures/libtmux.py) for the upstream and gateway relay tests.
+
+Every test whose fixture closure reaches the ``sshd`` fixture — directly or through other fixtures — gets
+the ``sshd`` marker here, before ``-m`` selection, whoever wrote it: ``-m "not sshd"`` never starts an sshd.
+(A test that starts an sshd without the fixture, e.g. a benchmark smoke test, still marks itself.)
+"""
 
 from __future__ import annotations
 
@@ -10,6 +15,17 @@ import pytest
 
 from tests.fixtures import libtmux
 from tests.fixtures.sshd import SshdInstance, sshd_unavailable_reason, start_sshd
+
+pytest_plugins = ["pytester"]  # tests/test_architecture.py runs the marker hook on a scratch suite
+
+SSHD_FIXTURE = "sshd"
+
+
+@pytest.hookimpl(tryfirst=True)  # before the mark plugin deselects by -m
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if SSHD_FIXTURE in getattr(item, "fixturenames", ()) and item.get_closest_marker("sshd") is None:
+            item.add_marker(pytest.mark.sshd)
 
 
 @pytest.fixture(scope="session")
