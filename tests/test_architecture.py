@@ -167,6 +167,7 @@ NOT_FOR_SERVING = {"asyncssh", "httpx"}
 _LOADED = "import json, sys\nprint(json.dumps(sorted({m.split('.')[0] for m in sys.modules})))"
 
 
+@pytest.mark.slow  # an interpreter start-up
 def test_serving_imports_neither_the_demo_ssh_stack_nor_the_watchdog_http_client() -> None:
     statement = "import gateway.cli, gateway._serve, gateway._runtime, gateway.tools"
     proc = subprocess.run(

@@ -13,6 +13,8 @@ from mcp import Client, StdioServerParameters
 
 from tests.fixtures.gateway_proc import write_config
 
+pytestmark = pytest.mark.slow  # every test spawns the gateway over stdio
+
 
 @pytest.mark.anyio
 async def test_an_mcp_client_lists_and_calls_tools_over_stdio(tmp_path: Path) -> None:
