@@ -108,6 +108,8 @@ class _AuditFile:
                 written += 1
         except OSError as exc:
             return _Outcome(written, f"{type(exc).__name__}: {exc.strerror or exc}")
+        except Exception as exc:  # the audit file must never take the server down: counted and shown instead
+            return _Outcome(written, f"{type(exc).__name__}: {exc}")
         finally:
             if fd >= 0:
                 os.close(fd)
