@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import selectors
 import shutil
 import statistics
@@ -34,11 +35,12 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from tests.fixtures.gateway_proc import write_config
 
-__all__ = ["main", "spawn_to_initialize_ms"]
+__all__ = ["Sample", "main", "spawn_to_exit", "spawn_to_initialize"]
 
 RUNS = 10
 _ANSWER_S = 30.0
@@ -106,8 +108,28 @@ def _read_line(proc: subprocess.Popen[bytes], ceiling_s: float) -> bytes:
     return buf.split(b"\n", 1)[0]
 
 
-def spawn_to_initialize_ms(argv: Sequence[str], env: dict[str, str] | None = None) -> float:
-    """Milliseconds from spawning ``argv`` to the complete ``initialize`` answer on its stdout."""
+@dataclass(frozen=True)
+class Sample:
+    wall_ms: float
+    """From spawn to the answer (or, without one, to the exit): what the user waits."""
+    cpu_ms: float
+    """The child's user + system CPU time over its whole life: steadier than wall time on a busy machine."""
+
+
+def _children_cpu_ms() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return (usage.ru_utime + usage.ru_stime) * 1000
+
+
+def spawn_to_initialize(argv: Sequence[str], env: dict[str, str] | None = None) -> Sample:
+    """Spawn ``argv``, time the complete ``initialize`` answer on its stdout, reap it (children run one at a
+    time, so the RUSAGE_CHILDREN delta is this child's)."""
+    cpu_before = _children_cpu_ms()
+    wall = _spawn_to_initialize_ms(argv, env)
+    return Sample(wall, _children_cpu_ms() - cpu_before)
+
+
+def _spawn_to_initialize_ms(argv: Sequence[str], env: dict[str, str] | None) -> float:
     started = time.perf_counter()
     proc = subprocess.Popen(
         argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env
@@ -125,10 +147,11 @@ def spawn_to_initialize_ms(argv: Sequence[str], env: dict[str, str] | None = Non
         _reap(proc)
 
 
-def spawn_to_exit_ms(argv: Sequence[str]) -> float:
+def spawn_to_exit(argv: Sequence[str]) -> Sample:
+    cpu_before = _children_cpu_ms()
     started = time.perf_counter()
     subprocess.run(argv, check=True, timeout=_ANSWER_S, stdin=subprocess.DEVNULL)
-    return (time.perf_counter() - started) * 1000
+    return Sample((time.perf_counter() - started) * 1000, _children_cpu_ms() - cpu_before)
 
 
 def _gateway_argv(work: Path) -> list[str]:
@@ -154,28 +177,34 @@ def _peer() -> tuple[list[str], dict[str, str]] | None:
     return [str(script)], env
 
 
-def _summary(values: list[float]) -> dict[str, float]:
-    ordered = sorted(values)
+def _summary(samples: list[Sample]) -> dict[str, float]:
+    ordered = sorted(s.wall_ms for s in samples)
     p95 = ordered[min(len(ordered) - 1, round(0.95 * (len(ordered) - 1)))]
-    return {"median_ms": statistics.median(ordered), "p95_ms": p95, "min_ms": ordered[0], "runs": len(values)}
+    return {
+        "median_ms": statistics.median(ordered),
+        "p95_ms": p95,
+        "min_ms": ordered[0],
+        "cpu_median_ms": statistics.median(s.cpu_ms for s in samples),
+        "runs": len(samples),
+    }
 
 
 def run(runs: int, *, peer: bool = True) -> dict[str, dict[str, float]]:
     work = Path(tempfile.mkdtemp(prefix="bench-startup-"))
     try:
         gateway = _gateway_argv(work)
-        subjects: dict[str, Callable[[], float]] = {
-            ROW_GATEWAY: lambda: spawn_to_initialize_ms(gateway),
-            ROW_IMPORTS: lambda: spawn_to_exit_ms(IMPORTS_ARGV),
-            ROW_FLOOR: lambda: spawn_to_exit_ms(FLOOR_ARGV),
+        subjects: dict[str, Callable[[], Sample]] = {
+            ROW_GATEWAY: lambda: spawn_to_initialize(gateway),
+            ROW_IMPORTS: lambda: spawn_to_exit(IMPORTS_ARGV),
+            ROW_FLOOR: lambda: spawn_to_exit(FLOOR_ARGV),
         }
         found = _peer() if peer else None
         if found is not None:
             argv, env = found
-            subjects[ROW_PEER] = lambda: spawn_to_initialize_ms(argv, env)
+            subjects[ROW_PEER] = lambda: spawn_to_initialize(argv, env)
         for measure in subjects.values():  # warm the page cache and __pycache__ once
             measure()
-        samples: dict[str, list[float]] = {name: [] for name in subjects}
+        samples: dict[str, list[Sample]] = {name: [] for name in subjects}
         for _ in range(runs):
             for name, measure in subjects.items():
                 samples[name].append(measure())
@@ -195,10 +224,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(json.dumps(rows, indent=2))
         return 0
     print(f"spawn → initialize answer over stdio, {args.runs} interleaved runs each")
-    print("| subject | median ms | p95 ms | min ms |")
-    print("|---|---:|---:|---:|")
+    print("| subject | median ms | p95 ms | min ms | CPU ms (median) |")
+    print("|---|---:|---:|---:|---:|")
     for name, row in rows.items():
-        print(f"| {name} | {row['median_ms']:.0f} | {row['p95_ms']:.0f} | {row['min_ms']:.0f} |")
+        print(
+            f"| {name} | {row['median_ms']:.0f} | {row['p95_ms']:.0f} | {row['min_ms']:.0f} "
+            f"| {row['cpu_median_ms']:.0f} |"
+        )
     return 0
 
 
