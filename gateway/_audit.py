@@ -11,7 +11,8 @@ bounded queue, so a slow or stuck disk can neither stall the loop nor grow memor
 
 The file is opened per batch with ``O_APPEND``; when it does not end in a newline (a torn last line, e.g.
 after a crash or a full disk) the batch starts on a fresh line, so a truncated record never swallows the
-next one. The live file and every rotated file (``path.1`` … ``path.N``) are kept at mode 0600.
+next one. The live file and every rotated file (``path.1`` … ``path.N``) are kept at mode 0600. A FIFO is
+written as a stream (no rotation); one without a reader is a failed write, never a wait.
 
 Lifecycle: ``async with AuditLog(...)`` runs the writer task; leaving it writes what is queued (bounded by
 ``close_timeout_s``, shielded from cancellation) and counts anything it could not write as failed.
@@ -61,7 +62,17 @@ class _AuditFile:
         self._backups = backups
 
     def _open(self) -> int:
-        flags = os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC
+        try:
+            regular = stat.S_ISREG(os.stat(self._path).st_mode)
+        except FileNotFoundError:
+            regular = True
+        if not regular:
+            # A FIFO or device (e.g. a log shipper's pipe): never wait for a reader to appear (ENXIO instead),
+            # then write blocking; a reader that goes away makes the write fail (EPIPE), never hang.
+            fd = os.open(self._path, os.O_WRONLY | os.O_APPEND | os.O_NONBLOCK | os.O_CLOEXEC)
+            os.set_blocking(fd, True)
+            return fd
+        flags = os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC  # read-write: the last byte is read back
         try:
             fd = os.open(self._path, flags, _MODE)
         except FileNotFoundError:  # the state directory went away: recreate it (private), once
@@ -98,7 +109,8 @@ class _AuditFile:
             fd = self._open()
             for line in lines:
                 data = (line + "\n").encode("utf-8", "backslashreplace")
-                size = os.fstat(fd).st_size
+                st = os.fstat(fd)
+                size = st.st_size if stat.S_ISREG(st.st_mode) else 0  # only regular files rotate
                 if size and size + len(data) > self._max_bytes:
                     os.close(fd)
                     fd = -1

@@ -183,6 +183,52 @@ async def test_the_event_loop_keeps_ticking_while_200_audited_calls_run(
     assert ticker.largest_gap_ms < 100
 
 
+def _small_fifo(path: Path) -> tuple[int, int]:
+    """A FIFO with a 4 KiB buffer: the test's read end (non-blocking) and a spare write end, which keeps the
+    read end from seeing end-of-file between the audit writer's batches."""
+    os.mkfifo(path, 0o600)
+    reader = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    keeper = os.open(path, os.O_WRONLY | os.O_NONBLOCK)
+    fcntl.fcntl(reader, fcntl.F_SETPIPE_SZ, 4096)
+    return reader, keeper
+
+
+@pytest.mark.anyio
+async def test_closing_with_a_stuck_disk_is_bounded_and_counts_what_was_not_written(tmp_path: Path) -> None:
+    fifo = tmp_path / "audit.fifo"
+    reader, keeper = _small_fifo(fifo)
+    try:
+        log = AuditLog(fifo, max_bytes=1 << 20, backups=1, redactor=Redactor(), close_timeout_s=0.2)
+        with capture_logs() as logs, anyio.fail_after(10):
+            async with log:
+                for i in range(50):  # ~15 KiB into a 4 KiB pipe nobody reads: the writer blocks
+                    _record(log, i, note="x" * 200)
+        status = log.status()
+    finally:
+        os.close(reader)  # the blocked write(2) in the abandoned worker now fails (EPIPE) and it ends
+        os.close(keeper)
+    assert status["healthy"] is False
+    assert status["records_pending"] == 0
+    assert status["records_written"] + status["records_failed"] == 50
+    assert status["records_failed"] > 0
+    assert [e["event"] for e in logs if e["log_level"] == "error"] == ["audit_write_failed"]
+
+
+@pytest.mark.anyio
+async def test_a_fifo_without_a_reader_is_a_failed_write_never_a_wait(tmp_path: Path) -> None:
+    fifo = tmp_path / "audit.fifo"
+    os.mkfifo(fifo, 0o600)
+    with capture_logs() as logs:
+        async with AuditLog(fifo, max_bytes=1 << 20, backups=1, redactor=Redactor()) as log:
+            _record(log, 1)
+            with anyio.fail_after(5):
+                await log.flush()
+            status = log.status()
+    assert [e["event"] for e in logs if e["log_level"] == "error"] == ["audit_write_failed"]
+    assert (status["records_written"], status["records_failed"], status["healthy"]) == (0, 1, False)
+    assert status["last_error"].startswith("OSError")  # ENXIO: no process has the FIFO open for reading
+
+
 @pytest.mark.anyio
 async def test_a_stalled_audit_disk_never_stalls_the_event_loop(
     gateway_client: ClientFactory, tmp_path: Path
@@ -191,9 +237,7 @@ async def test_a_stalled_audit_disk_never_stalls_the_event_loop(
     # write(2) after a dozen records. The loop must not notice; the records wait in the bounded queue and
     # all arrive, whole, once the disk moves again.
     fifo = tmp_path / "audit.fifo"
-    os.mkfifo(fifo, 0o600)
-    holder = os.open(fifo, os.O_RDWR | os.O_NONBLOCK)  # keeps the pipe (and its data) alive across opens
-    fcntl.fcntl(holder, fcntl.F_SETPIPE_SZ, 4096)
+    holder, keeper = _small_fifo(fifo)
     released = threading.Event()
 
     def unblock_if_stuck() -> None:  # bounds the failure mode: a loop blocked in write(2) cannot time out
@@ -230,6 +274,7 @@ async def test_a_stalled_audit_disk_never_stalls_the_event_loop(
         released.set()
         backup.join(5)
         os.close(holder)
+        os.close(keeper)
     print(f"largest event-loop gap, audit disk stalled: {ticker.largest_gap_ms:.1f} ms ({pending} queued)")
     assert pending > 0  # the disk really was stalled while the calls ran
     assert ticker.largest_gap_ms < 100
