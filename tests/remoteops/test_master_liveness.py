@@ -120,7 +120,7 @@ async def test_alive_and_check_answer_at_once_when_nobody_accepts_on_the_control
     assert ticker.max_gap < _MAX_GAP_S
 
 
-@pytest.mark.slow  # waits out the 5 s check bound
+@pytest.mark.slow
 async def test_a_master_socket_that_accepts_and_never_answers_is_found_dead_within_the_bound(
     short_tmp: Path,
 ) -> None:
