@@ -186,11 +186,9 @@ def test_serving_imports_neither_the_demo_ssh_stack_nor_the_watchdog_http_client
 # ------------------------------------------------------------------------------------------ markers
 
 
-def test_a_test_reaching_the_sshd_fixture_carries_the_sshd_marker_without_being_told(
-    pytester: pytest.Pytester,
-) -> None:
-    # The hook under test is the suite's own (tests/conftest.py); the sshd fixture here is a stand-in.
-    pytester.makeini("[pytest]\nmarkers =\n    sshd: real sshd\n")
+def test_markers_follow_the_fixtures_a_test_reaches_without_being_told(pytester: pytest.Pytester) -> None:
+    # The hook under test is the suite's own (tests/conftest.py); the fixtures here are stand-ins.
+    pytester.makeini("[pytest]\nmarkers =\n    sshd: real sshd\n    slow: slow\n")
     pytester.makeconftest(
         """
 import pytest
@@ -203,6 +201,10 @@ def sshd():
 @pytest.fixture
 def target(sshd):
     return sshd
+
+@pytest.fixture
+def fault():
+    return "stand-in for an upstream server process"
 """
     )
     pytester.makepyfile(
@@ -213,12 +215,17 @@ def test_direct(sshd):
 def test_through_another_fixture(target):
     pass
 
-def test_without_sshd():
+def test_with_an_upstream_process(fault):
+    pass
+
+def test_without_either():
     pass
 """
     )
-    pytester.runpytest("-m", "not sshd").assert_outcomes(passed=1, deselected=2)
-    pytester.runpytest("-m", "sshd").assert_outcomes(passed=2, deselected=1)
+    pytester.runpytest("-m", "not sshd").assert_outcomes(passed=2, deselected=2)
+    pytester.runpytest("-m", "sshd").assert_outcomes(passed=2, deselected=2)
+    pytester.runpytest("-m", "not slow").assert_outcomes(passed=3, deselected=1)
+    pytester.runpytest("-m", "not sshd and not slow").assert_outcomes(passed=1, deselected=3)
 
 
 PUBLIC = {
