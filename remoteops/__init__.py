@@ -15,6 +15,7 @@ from ._errors import (
     ConnectError,
     ConnectReason,
     HostKeyError,
+    MissingCapability,
     PolicyDenied,
     ProbeError,
     RemoteOpsError,
@@ -23,9 +24,10 @@ from ._errors import (
     TransportLost,
     UnknownTarget,
 )
-from ._exec import Carrier, ExecRequest
+from ._exec import Carrier, ExecRequest, RawExec, RawStream
 from ._models import (
     Capabilities,
+    CarrierState,
     DiagnoseReport,
     DiskUsage,
     ExecResult,
@@ -37,13 +39,15 @@ from ._models import (
 )
 from ._ops import RemoteOps
 from ._render import RenderedCommand, render_command
-from ._settings import HostKeyPolicy, MultiplexMode, TargetSpec, TransportSettings
+from ._settings import CarrierMode, HostKeyPolicy, MultiplexMode, TargetSpec, TransportSettings
 
 __all__ = [
     "CAPABILITY_TOOLS",
     "AuthError",
     "Capabilities",
     "Carrier",
+    "CarrierMode",
+    "CarrierState",
     "CommandTimeout",
     "ConnectError",
     "ConnectReason",
@@ -54,10 +58,13 @@ __all__ = [
     "ExecResult",
     "HostKeyError",
     "HostKeyPolicy",
+    "MissingCapability",
     "MultiplexMode",
     "MultiplexState",
     "PolicyDenied",
     "ProbeError",
+    "RawExec",
+    "RawStream",
     "RemoteOps",
     "RemoteOpsError",
     "RemoteShellError",

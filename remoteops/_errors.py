@@ -14,6 +14,8 @@
     │   │                      while the command may have been running: ambiguous, NEVER re-run automatically
     │   └── RemoteShellError   exit_code: the login shell on the target did not start the command
     ├── ProbeError             a probe ran but its output was unusable (never cached)
+    │   └── MissingCapability  capability: the target lacks what the operation needs (e.g. python3 for the
+    │                          agent carrier when ``carrier = "agent"``); nothing of the caller's ran
     └── CommandTimeout         time_limit_s, remote_killed: the local ceiling was hit without a clean end;
                                remote_killed says whether the remote process was confirmed stopped
 
@@ -30,6 +32,7 @@ __all__ = [
     "ConnectError",
     "ConnectReason",
     "HostKeyError",
+    "MissingCapability",
     "PolicyDenied",
     "ProbeError",
     "RemoteOpsError",
@@ -140,3 +143,9 @@ class CommandTimeout(RemoteOpsError):
 
 class ProbeError(RemoteOpsError):
     """A capability/diagnose probe ran but exited non-zero or printed something unparseable."""
+
+
+class MissingCapability(ProbeError):
+    def __init__(self, detail: str = "", *, target: str | None = None, capability: str) -> None:
+        super().__init__(detail, target=target)
+        self.capability = capability

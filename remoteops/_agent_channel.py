@@ -1,0 +1,435 @@
+"""One live agent session on one target: boot it, multiplex requests over it, notice when it dies.
+
+The session is an OpenSSH client (a mux client of the target's master, or a one-shot connection when the
+pool has none) running ``_agent_boot.boot_command()``; it holds one channel slot of the pool for its whole
+life. :meth:`AgentChannel.run` is its life as a task (``task_group.start``): it returns control once the
+agent answered HELLO, then serves until it is closed, goes idle for ``agent_idle_s`` or dies. Everything it
+started is reaped through ``supervised_child``.
+
+Ambiguity is never resolved by re-sending: a request whose first byte was handed to the session and whose
+answer never came is ``TransportLost`` (``command_started`` True once the agent said STARTED); a request
+that provably never left (:class:`ChannelGone`) may go to a fresh channel.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import os
+import secrets
+import subprocess
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import anyio
+import anyio.abc
+
+from . import _agent_program as proto
+from ._agent_boot import EXIT_CHECKSUM, EXIT_SHORT, EXIT_TOO_OLD, agent_source, boot_command
+from ._capture import HeadTail
+from ._errors import ConnectError, TransportError, TransportLost
+from ._exec import ExecRequest, RawExec, RawStream
+from ._master import Master
+from ._models import TargetIdentity
+from ._pool import MasterPool
+from ._process import supervised_child
+from ._settings import TargetSpec, TransportSettings
+from ._sshargs import SshArgs, classify_ssh_failure
+
+__all__ = ["AgentChannel", "AgentUnavailable", "ChannelGone", "KillReport", "MasterGone"]
+
+_READ_CHUNK = 256 * 1024
+_STDIN_CHUNK = 256 * 1024
+_CANCEL_GRACE_S = 1.0
+_CANCEL_WAIT_S = _CANCEL_GRACE_S + 4.0
+_CLOSE_WAIT_S = 3.0
+_BOOT_EXTRA_S = 10.0
+
+
+class AgentUnavailable(Exception):
+    """The target cannot run the agent (no python3, too old, refused, protocol mismatch): use ssh."""
+
+    def __init__(self, reason: str, *, capability: str = "python3") -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.capability = capability
+
+
+class ChannelGone(Exception):
+    """The channel died before any byte of the request was written: nothing ran, a fresh one may be used."""
+
+
+class MasterGone(Exception):
+    """The master refused or lost the session before the agent started: invalidate it and try again."""
+
+
+@dataclass
+class KillReport:
+    """Filled in when a request is cancelled: what the agent said about the kill."""
+
+    answered: bool = False
+    confirmed: bool = False
+    survivors: tuple[int, ...] = ()
+
+
+@dataclass
+class _Pending:
+    done: anyio.Event = field(default_factory=anyio.Event)
+    written: bool = False
+    started: bool = False
+    lost: bool = False
+    result: tuple[dict[str, Any], bytes] | None = None
+    error: dict[str, Any] | None = None
+
+
+def _exited(pid: int) -> bool:
+    """Whether our child ``pid`` has exited, reaped or not (``waitid`` with WNOWAIT: a peek, one syscall)."""
+    try:
+        return os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
+    except ChildProcessError:
+        return True
+
+
+def _stream(meta: list[int], data: bytes, offset: int) -> tuple[RawStream, int]:
+    head_len, tail_len, total = (int(x) for x in meta)
+    head = data[offset : offset + head_len]
+    tail = data[offset + head_len : offset + head_len + tail_len]
+    return RawStream(head, tail, max(0, total - head_len - tail_len)), offset + head_len + tail_len
+
+
+class AgentChannel:
+    def __init__(self, target: TargetSpec, key: str, settings: TransportSettings, pool: MasterPool) -> None:
+        self.target = target
+        self.key = key
+        self._settings = settings
+        self._pool = pool
+        self._args = SshArgs(settings)
+        self._proc: anyio.abc.Process | None = None
+        self._pending: dict[int, _Pending] = {}
+        self._next_id = 0
+        self._wlock = anyio.Lock()
+        self._changed = anyio.Event()
+        self._dead = False
+        self._closing = False
+        self._stopped = anyio.Event()
+        self._stderr_done = anyio.Event()
+        self.inflight = 0
+        self.last_used = time.monotonic()
+        self.multiplexed = False
+        self.master: Master | None = None
+        self.info: dict[str, Any] = {}
+        self.stderr = HeadTail(0, 4096)
+
+    # -- state ------------------------------------------------------------------------------------------
+    @property
+    def usable(self) -> bool:
+        if self._dead or self._closing or self._proc is None or _exited(self._proc.pid):
+            return False
+        master = self.master  # a master that exited takes the session with it, reaped yet or not
+        return master is None or master.proc is None or not _exited(master.proc.pid)
+
+    async def healthy(self) -> bool:
+        """Usable, and after ``master_check_idle_s`` of idleness its master passes the mux alive check
+        (in-process, no ssh process): a request is only written to a session that can still carry it."""
+        if not self.usable:
+            return False
+        idle = self.inflight == 0 and time.monotonic() - self.last_used >= self._settings.master_check_idle_s
+        if self.master is None or not idle:
+            return True
+        if await self.master.check():
+            return True
+        self._die()
+        return False
+
+    @property
+    def pid(self) -> int | None:
+        """The agent's pid on the target."""
+        pid = self.info.get("pid")
+        return int(pid) if isinstance(pid, int) else None
+
+    def _poke(self) -> None:
+        self._changed.set()
+
+    # -- life -------------------------------------------------------------------------------------------
+    async def run(
+        self, identity: TargetIdentity, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED
+    ) -> None:
+        """The channel's whole life. Raises (before ``started``) from the exception tree, or
+        AgentUnavailable / MasterGone; afterwards it only ends."""
+        try:
+            async with self._pool.channel(self.target, identity) as master:
+                await self._session(master, task_status)
+        finally:
+            self._die()
+            self._stopped.set()
+
+    async def _session(self, master: Master | None, task_status: anyio.abc.TaskStatus[None]) -> None:
+        remote = boot_command()
+        if master is None:
+            argv = self._args.oneshot(self.target, remote)
+        else:
+            argv = self._args.mux_client(self.target, master.control_path, remote)
+        self.multiplexed = master is not None
+        self.master = master
+        failure: BaseException | None = None
+        # nothing is raised inside the task group, so no exception groups leave this method
+        async with supervised_child(argv, stdin=subprocess.PIPE) as proc, anyio.create_task_group() as tg:
+            tg.start_soon(self._drain_stderr, proc)
+            reader = proto.FrameReader()
+            try:
+                hello = await self._boot(proc, reader)
+            except AgentUnavailable as exc:
+                hello, failure = None, exc
+            if hello is None:
+                if failure is None:
+                    failure = await self._boot_failure(proc, master)
+                tg.cancel_scope.cancel()
+            else:
+                self.info = hello
+                self._proc = proc
+                task_status.started()
+                tg.start_soon(self._read, proc, reader)
+                await self._serve()
+                await self._goodbye(proc)
+                tg.cancel_scope.cancel()
+        if failure is not None:
+            raise failure
+
+    async def _boot(self, proc: anyio.abc.Process, reader: proto.FrameReader) -> dict[str, Any] | None:
+        """Send the agent and HELLO; return the agent's HELLO answer, or None when the session ended."""
+        if proc.stdin is None or proc.stdout is None:
+            return None
+        source, _ = agent_source()
+        hello = proto.encode(0, proto.HELLO, {"min": proto.PROTOCOL_MIN, "max": proto.PROTOCOL_MAX})
+        with anyio.move_on_after(self._settings.connect_timeout_s + _BOOT_EXTRA_S):
+            try:
+                await proc.stdin.send(source + hello)
+                while True:
+                    for _rid, kind, _flags, meta, _data in reader.feed(
+                        await proc.stdout.receive(_READ_CHUNK)
+                    ):
+                        if kind == proto.HELLO:
+                            return meta or {}
+                        if kind == proto.ERROR:
+                            message = str((meta or {}).get("message", "the agent refused HELLO"))
+                            raise AgentUnavailable(message, capability="agent protocol")
+            except (anyio.EndOfStream, anyio.BrokenResourceError, anyio.ClosedResourceError, ValueError):
+                return None
+        raise AgentUnavailable(
+            f"the agent did not answer within {self._settings.connect_timeout_s + _BOOT_EXTRA_S:.0f}s"
+        )
+
+    async def _boot_failure(self, proc: anyio.abc.Process, master: Master | None) -> BaseException:
+        with anyio.move_on_after(_CLOSE_WAIT_S):
+            await proc.wait()
+            await self._stderr_done.wait()
+        code = proc.returncode
+        stderr = self.stderr.tail.decode(errors="replace").strip()
+        name = self.target.name
+        if code == 255 or code is None:
+            if master is not None:  # the master refused or lost the session: nothing ran
+                await self._pool.invalidate(master)
+                return MasterGone(stderr)
+            error = classify_ssh_failure(stderr, target=name, stage="agent", command_started=False)
+            if isinstance(error, TransportLost):  # nothing of the caller's ran: a connect-stage failure
+                return ConnectError(stderr[-600:] or "the agent session closed", target=name, stage="agent")
+            return error
+        if code in (126, 127):
+            return AgentUnavailable(f"no usable python3 on the target's PATH ({stderr[-200:] or code})")
+        if code == EXIT_TOO_OLD:
+            return AgentUnavailable(stderr[-200:] or "python3 is older than 3.8")
+        if code in (EXIT_SHORT, EXIT_CHECKSUM):
+            return AgentUnavailable(f"the agent did not arrive intact ({stderr[-200:] or code})")
+        return AgentUnavailable(f"the target refused the agent (exit {code}): {stderr[-300:]}")
+
+    async def _drain_stderr(self, proc: anyio.abc.Process) -> None:
+        try:
+            if proc.stderr is None:
+                return
+            with contextlib.suppress(anyio.EndOfStream, anyio.ClosedResourceError, anyio.BrokenResourceError):
+                while True:
+                    self.stderr.feed(await proc.stderr.receive(4096))
+        finally:
+            self._stderr_done.set()
+
+    async def _read(self, proc: anyio.abc.Process, reader: proto.FrameReader) -> None:
+        try:
+            if proc.stdout is None:
+                return
+            while True:
+                chunk = await proc.stdout.receive(_READ_CHUNK)
+                for rid, kind, _flags, meta, data in reader.feed(chunk):
+                    self._deliver(rid, kind, meta or {}, data)
+        except (anyio.EndOfStream, anyio.BrokenResourceError, anyio.ClosedResourceError, ValueError):
+            pass
+        finally:
+            self._die()
+
+    def _deliver(self, rid: int, kind: int, meta: dict[str, Any], data: bytes) -> None:
+        pending = self._pending.get(rid)
+        if pending is None:
+            return
+        if kind == proto.STARTED:
+            pending.started = True
+        elif kind == proto.RESULT:
+            pending.result = (meta, data)
+            pending.done.set()
+        elif kind == proto.ERROR:
+            pending.error = meta
+            pending.done.set()
+
+    def _die(self) -> None:
+        if self._dead:
+            return
+        self._dead = True
+        for pending in self._pending.values():
+            pending.lost = True
+            pending.done.set()
+        self._poke()
+
+    async def _serve(self) -> None:
+        """Until the channel dies, is closed, or has been idle for ``agent_idle_s``."""
+        idle_s = self._settings.agent_idle_s
+        while not self._dead and not self._closing:
+            wait = math.inf
+            if self.inflight == 0:
+                wait = idle_s - (time.monotonic() - self.last_used)
+                if wait <= 0:
+                    self._closing = True
+                    return
+            self._changed = anyio.Event()
+            with anyio.move_on_after(wait):
+                await self._changed.wait()
+
+    async def _goodbye(self, proc: anyio.abc.Process) -> None:
+        """Close the agent's stdin (it kills what it started and exits); wait for it, bounded."""
+        self._closing = True
+        with anyio.CancelScope(shield=True):
+            if proc.stdin is not None:
+                with anyio.move_on_after(1):
+                    await proc.stdin.aclose()
+            with anyio.move_on_after(_CLOSE_WAIT_S):
+                await proc.wait()
+
+    async def close(self) -> None:
+        """Ask the channel to end and wait until it did (bounded; the supervised child reaps the rest)."""
+        self._closing = True
+        self._poke()
+        with anyio.CancelScope(shield=True), anyio.move_on_after(_CLOSE_WAIT_S + 8):
+            await self._stopped.wait()
+
+    # -- requests ---------------------------------------------------------------------------------------
+    async def _send(self, pending: _Pending | None, *frames: bytes) -> None:
+        """Write frames atomically with respect to other requests. ChannelGone when nothing was written."""
+        async with self._wlock:
+            proc = self._proc
+            if self._dead or proc is None or proc.stdin is None:
+                raise ChannelGone
+            if pending is not None:
+                pending.written = True  # from here on the request may have reached the agent
+            try:
+                for frame in frames:
+                    await proc.stdin.send(frame)
+            except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
+                self._die()
+                if pending is None:
+                    raise ChannelGone from None
+
+    async def execute(self, request: ExecRequest, kill: KillReport) -> RawExec:
+        """Run one command on the agent. Cancellation kills it on the target (reported in ``kill``)."""
+        if not self.usable:
+            raise ChannelGone
+        self._next_id = self._next_id % 0xFFFFFFFF + 1
+        rid = self._next_id
+        pending = _Pending()
+        self._pending[rid] = pending
+        self.inflight += 1
+        self.last_used = time.monotonic()
+        meta = {
+            "argv": list(request.argv),
+            "cwd": request.cwd,
+            "env": dict(request.env),
+            "marker": secrets.token_hex(8),
+            "limit_s": request.time_limit_s,
+            "kill_s": self._settings.kill_after_s,
+            "head": request.head_cap,
+            "tail": request.tail_cap,
+            "stdin": request.stdin is not None,
+        }
+        started = time.monotonic()
+        try:
+            try:
+                await self._send(pending, proto.encode(rid, proto.EXEC, meta))
+                if request.stdin is not None:
+                    await self._send_stdin(rid, request.stdin)
+                await pending.done.wait()
+            except anyio.get_cancelled_exc_class():
+                with anyio.CancelScope(shield=True):
+                    await self._cancel(rid, pending, kill)
+                raise
+        finally:
+            self._pending.pop(rid, None)
+            self.inflight -= 1
+            self.last_used = time.monotonic()
+            if self.inflight == 0:
+                self._poke()
+        return self._outcome(request, pending, time.monotonic() - started)
+
+    async def _send_stdin(self, rid: int, data: bytes) -> None:
+        view = memoryview(data)
+        offsets = range(0, max(len(view), 1), _STDIN_CHUNK)
+        for offset in offsets:
+            last = offset + _STDIN_CHUNK >= len(view)
+            chunk = bytes(view[offset : offset + _STDIN_CHUNK])
+            try:
+                await self._send(None, proto.encode(rid, proto.DATA, None, chunk, proto.F_END if last else 0))
+            except ChannelGone:
+                return  # the EXEC frame went out: the request's outcome is decided by the channel's end
+
+    async def _cancel(self, rid: int, pending: _Pending, kill: KillReport) -> None:
+        if not pending.written or pending.done.is_set():
+            return
+        with contextlib.suppress(ChannelGone):
+            await self._send(None, proto.encode(rid, proto.CANCEL, {"grace_s": _CANCEL_GRACE_S}))
+        with anyio.move_on_after(_CANCEL_WAIT_S):
+            await pending.done.wait()
+        if pending.result is not None:
+            meta = pending.result[0]
+            kill.answered = True
+            kill.confirmed = bool(meta.get("killed"))
+            kill.survivors = tuple(int(p) for p in meta.get("survivors", ()))
+
+    def _outcome(self, request: ExecRequest, pending: _Pending, elapsed_s: float) -> RawExec:
+        name = self.target.name
+        if pending.result is not None:
+            meta, data = pending.result
+            stdout, offset = _stream(meta["out"], data, 0)
+            stderr, _ = _stream(meta["err"], data, offset)
+            return RawExec(
+                exit_code=int(meta["exit"]),
+                stdout=stdout,
+                stderr=stderr,
+                duration_s=float(meta.get("duration_s", elapsed_s)),
+                carrier="agent",
+                signal=meta.get("signal"),
+                timed_out=bool(meta.get("timed_out")),
+                remote_killed=bool(meta.get("killed")),
+                multiplexed=self.multiplexed,
+                survivors=tuple(int(p) for p in meta.get("survivors", ())),
+            )
+        if pending.error is not None:
+            raise TransportError(
+                f"the agent refused the request: {pending.error.get('code')}: {pending.error.get('message')}",
+                target=name,
+                stage="agent",
+            )
+        if not pending.written:
+            raise ChannelGone
+        detail = self.stderr.tail.decode(errors="replace").strip()[-600:]
+        raise TransportLost(
+            detail or "the agent channel was lost while the command may have been running",
+            target=name,
+            stage="agent",
+            command_started=True if pending.started else None,
+        )
