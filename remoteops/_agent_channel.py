@@ -188,6 +188,7 @@ class AgentChannel:
             else:
                 self.info = hello
                 self._proc = proc
+                self.last_used = time.monotonic()  # idleness counts from the moment it can serve
                 task_status.started()
                 tg.start_soon(self._read, proc, reader)
                 await self._serve()

@@ -30,6 +30,7 @@ __all__ = ["SshProcessCarrier"]
 _TIMEOUT_CODES = frozenset({124, 137, 143})
 _KILL_S = 5.0
 _LOCAL_GRACE_S = 5.0
+_SWEEP_AFTER_S = 2.0  # after limit + kill_after: `timeout` has returned and the wrapper printed its marker
 # Only a direct connection does key exchange; a mux client reaches it only through its (blocked) fallback.
 _MUX_FALLBACK = "kex_exchange_identification"
 # $1: pgrep pattern of the wrapper's nonce, $2: grep pattern of ROG_CALL=<nonce> (both bracketed, so that
@@ -107,11 +108,21 @@ class SshProcessCarrier:
         started = time.monotonic()
         outcome: ProcessOutcome | None = None
         remote_killed = False
+        sweep: list[tuple[bool, tuple[int, ...]]] = []
+
+        async def watchdog() -> None:
+            # By now `timeout` has stopped the command's group; what still runs (descendants that left the
+            # session, holding the output pipes and with them the ssh session) is swept by marker.
+            await anyio.sleep(request.time_limit_s + s.kill_after_s + _SWEEP_AFTER_S)
+            sweep.append(await self._remote_kill(target, master, rendered))
+
+        argv = self._argv(target, master, rendered.text)
         with anyio.move_on_after(ceiling) as scope:
             try:
-                outcome = await run_process(
-                    self._argv(target, master, rendered.text), stdin=request.stdin, stdout=out, stderr=err
-                )
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(watchdog)
+                    outcome = await run_process(argv, stdin=request.stdin, stdout=out, stderr=err)
+                    tg.cancel_scope.cancel()
             except anyio.get_cancelled_exc_class():
                 with anyio.CancelScope(shield=True):
                     remote_killed, _ = await self._remote_kill(target, master, rendered)
@@ -133,7 +144,9 @@ class SshProcessCarrier:
             )
         timed_out = exit_code in _TIMEOUT_CODES and duration_s >= request.time_limit_s
         survivors: tuple[int, ...] = ()
-        if timed_out:  # `timeout` stopped its process group; descendants that left it are checked here
+        if timed_out and sweep:
+            remote_killed, survivors = sweep[0]
+        elif timed_out:  # `timeout` stopped its process group; descendants that left it are checked here
             with anyio.CancelScope(shield=True):
                 remote_killed, survivors = await self._remote_kill(target, master, rendered)
         return RawExec(
