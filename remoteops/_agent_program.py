@@ -193,40 +193,52 @@ class _Capture:
 
 
 def _members(pgid: int, marker: bytes) -> list[int]:
-    """Live (non-zombie) processes in group ``pgid`` or whose environment holds ``marker``."""
-    found = []
+    """Live (non-zombie) *descendants of this agent* that are in group ``pgid`` or whose environment holds
+    the exact entry ``ROG_CALL=<marker>``. Only descendants: the agent is a child subreaper, so orphans of a
+    command (``setsid``, double fork) are re-parented to it and stay in its tree; nothing outside its own
+    tree is ever signalled, whatever its environment says."""
     me = os.getpid()
+    entry = b"\0ROG_CALL=" + marker + b"\0"
+    parents: dict[int, int] = {}
+    candidates: list[int] = []
     try:
         names = os.listdir("/proc")
     except OSError:
-        names = []
+        return []
     for name in names:
-        if not name.isdigit() or int(name) == me:
+        if not name.isdigit():
             continue
+        pid = int(name)
         try:
             with open(f"/proc/{name}/stat", "rb") as fh:
                 stat = fh.read()
         except OSError:
             continue
         fields = stat[stat.rfind(b")") + 2 :].split()
-        if len(fields) < 3 or fields[0] in (b"Z", b"X"):
+        if len(fields) < 3:
+            continue
+        parents[pid] = int(fields[1])
+        if pid == me or fields[0] in (b"Z", b"X"):
             continue
         if int(fields[2]) == pgid:
-            found.append(int(name))
+            candidates.append(pid)
             continue
         try:
             with open(f"/proc/{name}/environ", "rb") as fh:
                 environ = fh.read()
         except OSError:
             continue
-        if marker in environ:
-            found.append(int(name))
-    if not names:  # no /proc: the group is all we can see
-        try:
-            os.killpg(pgid, 0)
-            found.append(pgid)
-        except OSError:
-            pass
+        if entry in b"\0" + environ:
+            candidates.append(pid)
+    found = []
+    for pid in candidates:
+        seen = 0
+        parent = parents.get(pid, 0)
+        while parent not in (0, 1, me) and seen < 4096:
+            parent = parents.get(parent, 0)
+            seen += 1
+        if parent == me:
+            found.append(pid)
     return found
 
 
@@ -247,6 +259,8 @@ class _Exec:
         cwd = meta.get("cwd")
         self.cwd = os.fsencode(cwd) if cwd else None
         self.marker = str(meta["marker"]).encode()
+        if len(self.marker) < 16 or self.marker.strip(b"0123456789abcdef"):
+            raise ValueError("marker must be at least 16 lowercase hex digits")
         self.limit_s = float(meta["limit_s"])
         self.kill_s = float(meta.get("kill_s", 5))
         self.out = _Capture(int(meta.get("head", 32768)), int(meta.get("tail", 32768)))
@@ -420,7 +434,7 @@ class _Exec:
         self.check()
 
     def _signal(self, sig: int) -> None:
-        if self.pid:
+        if self.pid and self.status is None:  # unreaped leader: its pid (= the pgid) cannot be reused
             with contextlib.suppress(OSError):
                 os.killpg(self.pid, sig)
         for pid in _members(self.pid, self.marker):

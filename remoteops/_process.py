@@ -26,7 +26,7 @@ import os
 import signal
 import subprocess
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -127,6 +127,7 @@ async def supervised_child(
     stdin: int = _DEVNULL,
     stdout: int = _PIPE,
     stderr: int = _PIPE,
+    env: Mapping[str, str] | None = None,
     grace_s: float = _TERM_GRACE_S,
 ) -> AsyncIterator[anyio.abc.Process]:
     """Start ``argv`` in its own session; on exit (any way) terminate and reap its whole process group."""
@@ -135,6 +136,7 @@ async def supervised_child(
         stdin=stdin,
         stdout=stdout,
         stderr=stderr,
+        env=env,
         start_new_session=True,  # our signals only: a terminal Ctrl-C must not reach it behind our back
     )
     try:

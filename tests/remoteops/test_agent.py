@@ -210,7 +210,8 @@ async def test_kill_9_of_the_agent_mid_command_is_transport_lost_and_the_next_ca
     finally:
         _kill_marked(marker)
     assert len(errors) == 1
-    assert errors[0].command_started is True  # may have run: it was seen starting
+    # may have run: seen starting, or unknown (the agent can die before its STARTED frame leaves)
+    assert errors[0].command_started is not False
     assert counter.read_text() == "run\n"  # never re-sent
     assert after.stdout == "again\n"
     assert state.channels_started == 2
