@@ -17,7 +17,8 @@ Serial calls are interleaved (raw, library ssh, library agent, gateway …, raw,
 drift of the machine hits every subject alike; ratios are to the raw median of the same run. The burst rows
 start 64 (and 256) calls at once; the raw burst is bounded by the same per-target channel limit the pool uses
 (sshd's MaxSessions refuses more sessions per master). The cold rows time the first call of a fresh
-``RemoteOps`` with no master (``ssh -G``, master start, agent boot, the call). The aims of the agent issue are
+``RemoteOps`` with no master (``ssh -G``, master start, the call; on the agent carrier also the agent's boot,
+which ``auto`` does in the background while the first call goes over ssh). The aims of the agent issue are
 printed, not asserted.
 
 Every process started (sshd, masters, gateways, agents) is terminated and reaped; the temporary directory is
@@ -73,7 +74,8 @@ ROW_STDIO_AGENT = "gateway remote_exec MCP/stdio, agent carrier"
 ROW_FLOOR = "gateway gateway_health MCP/HTTP (floor, no ssh)"
 ROW_FLOOR_STDIO = "gateway gateway_health MCP/stdio (floor, no ssh)"
 ROW_COLD = "cold first call RemoteOps.run, ssh carrier"
-ROW_COLD_AGENT = "cold first call RemoteOps.run, agent carrier"
+ROW_COLD_AGENT = "cold first call RemoteOps.run, agent carrier (waits for the agent)"
+ROW_COLD_AUTO = "cold first call RemoteOps.run, carrier auto (default)"
 ROW_RAW_BURST = f"raw ssh -S, {BURST} concurrent"
 ROW_LIB_BURST = f"RemoteOps.run ssh, {BURST} concurrent"
 ROW_LIB_AGENT_BURST = f"RemoteOps.run agent, {BURST} concurrent"
@@ -87,7 +89,7 @@ SERIAL_ROWS = (
     ROW_RAW, ROW_LIB, ROW_LIB_AGENT, ROW_GW, ROW_GW_AGENT, ROW_STDIO, ROW_STDIO_AGENT,
     ROW_FLOOR, ROW_FLOOR_STDIO,
 )  # fmt: skip
-COLD_ROWS = (ROW_COLD, ROW_COLD_AGENT)
+COLD_ROWS = (ROW_COLD, ROW_COLD_AGENT, ROW_COLD_AUTO)
 BURST_ROWS = (ROW_RAW_BURST, ROW_LIB_BURST, ROW_LIB_AGENT_BURST, ROW_GW_BURST, ROW_GW_AGENT_BURST)
 BIG_ROWS = (ROW_RAW_BIG, ROW_LIB_AGENT_BIG, ROW_GW_BIG, ROW_GW_AGENT_BIG)
 ROWS = SERIAL_ROWS + COLD_ROWS + BURST_ROWS + BIG_ROWS
@@ -258,8 +260,8 @@ def _aims(report: Report) -> list[Aim]:
     ratio(ROW_GW_AGENT_BURST, 1.5, f"{BURST} concurrent gateway calls on the agent (per-call median)")
     big = rows[ROW_GW_AGENT_BIG].failures + rows[ROW_LIB_AGENT_BIG].failures
     aims.append(Aim(f"{BIG_BURST} concurrent calls on the agent", "0 failures", f"{big} failures", big == 0))
-    cold = rows[ROW_COLD_AGENT].median_ms
-    aims.append(Aim("first call on a cold target (agent)", "<= 220 ms", f"{cold:.0f} ms", cold <= 220))
+    cold = rows[ROW_COLD_AUTO].median_ms
+    aims.append(Aim("first call on a cold target (auto)", "<= 220 ms", f"{cold:.0f} ms", cold <= 220))
     if report.gateway_rss_idle_kb is not None:
         rss = report.gateway_rss_idle_kb / 1024
         aims.append(Aim("gateway idle RSS", "<= 80 MB", f"{rss:.1f} MB", rss <= 80))
@@ -387,6 +389,7 @@ async def _measure(sshd: SshdInstance, work: Path, calls: int, warmup: int, mode
     colds = [
         _row(ROW_COLD, await _cold(sshd, work, "ssh", COLD)),
         _row(ROW_COLD_AGENT, await _cold(sshd, work, "agent", COLD)),
+        _row(ROW_COLD_AUTO, await _cold(sshd, work, "auto", COLD)),
     ]
     report.load_after = os.getloadavg()
     base = serial[0].median_ms

@@ -6,7 +6,9 @@ Choice per target (``TargetSpec.carrier``, else ``TransportSettings.carrier``):
 * ``agent`` — always the agent; a target that cannot run it is ``MissingCapability``;
 * ``auto`` — the agent; a target without a usable ``python3`` (absent, older than 3.8, refused) or with an
   agent that speaks another protocol falls back to ssh, recorded with the reason (``state``) until
-  ``forget`` (``capabilities(refresh=True)``) lets the next call try again.
+  ``forget`` (``capabilities(refresh=True)``) lets the next call try again. Calls never wait for an agent
+  to boot: while it boots in the background (first use of a target, or after its channel died) they go
+  over ssh, so a cold target's first call costs what it costs on the ssh carrier.
 
 Channels start lazily and single-flight (concurrent first callers wait for one start, and share its
 failure), are replaced when they die or when the target's ``ssh -G`` identity changes, close themselves after
@@ -16,6 +18,7 @@ connect failures come from the same pool and classification as the ssh carrier.
 
 from __future__ import annotations
 
+import contextlib
 import time
 
 import anyio
@@ -53,21 +56,27 @@ class AgentCarrier:
         self._fallback: dict[str, str] = {}  # target name -> why it uses ssh
         self._used: dict[str, CarrierName] = {}  # target name -> the carrier of its last command
         self._started: dict[str, int] = {}
+        self._booting: dict[str, anyio.Event] = {}  # target name -> set when its background boot ended
+        self._boot_failed: dict[str, float] = {}
+        self._boot_error: dict[str, str] = {}
 
     # -- choice and state ---------------------------------------------------------------------------
     def mode(self, target: TargetSpec) -> CarrierMode:
         return target.carrier or self._settings.carrier
 
     def current(self, target: TargetSpec) -> CarrierName | None:
-        mode = self.mode(target)
-        if mode == "ssh" or target.name in self._fallback:
+        """The carrier the target's next command takes (None: not decided yet)."""
+        if self.mode(target) == "ssh" or target.name in self._fallback:
             return "ssh"
+        channel = self._channels.get(target.name)
+        if channel is not None and channel.usable:
+            return "agent"
         return self._used.get(target.name)
 
     def state(self, target: TargetSpec) -> CarrierState:
         channel = self._channels.get(target.name)
         alive = channel is not None and channel.usable
-        reason = self._fallback.get(target.name)
+        reason = self._fallback.get(target.name) or self._boot_error.get(target.name)
         if self.mode(target) == "ssh":
             reason = "carrier = ssh"
         return CarrierState(
@@ -90,24 +99,24 @@ class AgentCarrier:
     async def execute(self, target: TargetSpec, identity: TargetIdentity, request: ExecRequest) -> RawExec:
         mode = self.mode(target)
         if mode == "ssh" or (mode == "auto" and target.name in self._fallback):
-            self._used[target.name] = "ssh"
-            return await self._ssh.execute(target, identity, request)
-        self._pool.counters["runs"] += 1
+            return await self._via_ssh(target, identity, request)
         for _attempt in range(_FRESH_CHANNEL_TRIES):
-            try:
-                channel = await self._channel(target, identity)
-            except AgentUnavailable as exc:
-                if mode == "agent":
+            if mode == "auto":
+                ready = await self._ready_channel(target, identity)
+                if ready is None:  # the agent boots in the background; this call does not wait for it
+                    return await self._via_ssh(target, identity, request)
+                channel = ready
+            else:
+                try:
+                    channel = await self._channel(target, identity)
+                except AgentUnavailable as exc:
                     raise MissingCapability(
                         f"the agent cannot run on this target: {exc.reason}",
                         target=target.name,
                         capability=exc.capability,
                     ) from None
-                self._fallback[target.name] = exc.reason
-                self._used[target.name] = "ssh"
-                self._pool.counters["runs"] -= 1  # counted again by the ssh carrier
-                return await self._ssh.execute(target, identity, request)
             self._used[target.name] = "agent"
+            self._pool.counters["runs"] += 1
             try:
                 return await self._on(channel, target, request)
             except ChannelGone:
@@ -118,6 +127,55 @@ class AgentCarrier:
             stage="agent",
             reason="closed",
         )
+
+    async def _via_ssh(self, target: TargetSpec, identity: TargetIdentity, request: ExecRequest) -> RawExec:
+        self._used[target.name] = "ssh"
+        return await self._ssh.execute(target, identity, request)
+
+    async def _ready_channel(self, target: TargetSpec, identity: TargetIdentity) -> AgentChannel | None:
+        """auto mode: the live channel, or None after making sure one boots in the background."""
+        channel = self._channels.get(target.name)
+        if (
+            channel is not None
+            and channel.key == self._pool.key_for(target, identity)
+            and await channel.healthy()
+        ):
+            return channel
+        name = target.name
+        failed = self._boot_failed.get(name)
+        recent = failed is not None and time.monotonic() - failed < self._settings.master_retry_after_s
+        if name not in self._booting and not recent:
+            self._booting[name] = anyio.Event()
+            self._tg.start_soon(self._boot, target, identity)
+        return None
+
+    async def _boot(self, target: TargetSpec, identity: TargetIdentity) -> None:
+        name = target.name
+        try:
+            await self._channel(target, identity)
+            self._boot_failed.pop(name, None)
+            self._boot_error.pop(name, None)
+        except AgentUnavailable as exc:
+            self._fallback[name] = exc.reason
+        except Exception as exc:  # a background task must not end RemoteOps
+            # the ssh path meets (and reports) transport failures itself; retried after a pause
+            self._boot_failed[name] = time.monotonic()
+            self._boot_error[name] = f"{type(exc).__name__}: {exc}"[:300]
+        finally:
+            self._booting.pop(name).set()
+
+    async def settle(self, target: TargetSpec, identity: TargetIdentity) -> CarrierState:
+        """Make the target's carrier ready (start or wait for its agent per mode) and return its state."""
+        mode = self.mode(target)
+        if mode == "agent":
+            with contextlib.suppress(AgentUnavailable, RemoteOpsError):
+                await self._channel(target, identity)
+        elif mode == "auto" and target.name not in self._fallback:
+            await self._ready_channel(target, identity)
+            booting = self._booting.get(target.name)
+            if booting is not None:
+                await booting.wait()
+        return self.state(target)
 
     async def _on(self, channel: AgentChannel, target: TargetSpec, request: ExecRequest) -> RawExec:
         ceiling = request.time_limit_s + self._settings.kill_after_s + _LOCAL_GRACE_S

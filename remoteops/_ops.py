@@ -15,6 +15,7 @@ from ._errors import PolicyDenied, ProbeError, RemoteOpsError
 from ._exec import Carrier, ExecRequest, RawExec, present
 from ._models import (
     Capabilities,
+    CarrierState,
     DiagnoseReport,
     DiskUsage,
     ExecResult,
@@ -183,10 +184,19 @@ class RemoteOps:
         async def probe() -> ExecResult:
             return await self.run(name, PROBE_ARGV, timeout_s=30)
 
+        carrier = self._agent_carrier()
         if refresh:
-            self._agent_carrier().forget(spec.name)  # a target fixed since its fallback gets the agent again
+            carrier.forget(spec.name)  # a target fixed since its fallback gets the agent again
         caps = await self._caps.get(spec.name, identity, probe, refresh=refresh)
-        return caps.model_copy(update={"carrier": self._agent_carrier().current(spec)})
+        state = await carrier.settle(spec, identity)  # report where its commands go, not "still booting"
+        return caps.model_copy(update={"carrier": state.carrier})
+
+    async def prepare(self, name: str) -> CarrierState:
+        """Make a target ready for commands now (master, and the agent where its carrier uses one) instead
+        of on first use; returns how its commands will be carried."""
+        spec = self.target(name)
+        identity = await self._resolver.resolve(spec)
+        return await self._agent_carrier().settle(spec, identity)
 
     async def diagnose(self, name: str) -> DiagnoseReport:
         """Transport, identity, capabilities, disk pressure, failed units; each section degrades alone."""

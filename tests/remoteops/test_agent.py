@@ -35,7 +35,11 @@ class Peer:
     targets: list[TargetSpec]
 
     def ops(self, **overrides: Any) -> RemoteOps:
-        settings = TransportSettings.model_validate({**self.settings.model_dump(), **overrides})
+        """RemoteOps on this peer; ``carrier = "agent"`` unless overridden (auto would send the calls made
+        while the agent boots over ssh)."""
+        settings = TransportSettings.model_validate(
+            {**self.settings.model_dump(), "carrier": "agent", **overrides}
+        )
         return RemoteOps(settings, self.targets)
 
 
@@ -263,6 +267,19 @@ async def test_an_idle_agent_channel_closes_itself_and_the_next_call_starts_a_ne
         state = ops.stats().carriers[peer.name]
     assert result.stdout == "back\n"
     assert state.channels_started == 2
+
+
+async def test_in_auto_mode_a_cold_targets_first_call_does_not_wait_for_the_agent(peer: Peer) -> None:
+    async with peer.ops(carrier="auto") as ops:
+        first = await ops.exec_raw(peer.name, ["echo", "one"])
+        state = await ops.prepare(peer.name)
+        second = await ops.exec_raw(peer.name, ["echo", "two"])
+    assert first.carrier == "ssh"  # the agent was booting in the background
+    assert first.stdout.head == b"one\n"
+    assert state.carrier == "agent"
+    assert state.agent_alive
+    assert second.carrier == "agent"
+    assert second.stdout.head == b"two\n"
 
 
 async def test_closing_remoteops_ends_the_agent_on_the_target(peer: Peer) -> None:

@@ -78,7 +78,7 @@ async def test_a_protocol_mismatch_is_a_clear_error_never_a_hang(
     async with _ops(sshd) as ops:  # auto: falls back to ssh and records why
         with anyio.fail_after(30):
             result = await ops.exec_raw("plain", ["echo", "via ssh"])
-        state = ops.stats().carriers["plain"]
+            state = await ops.prepare("plain")
     assert result.carrier == "ssh"
     assert result.stdout.head == b"via ssh\n"
     assert state.carrier == "ssh"
@@ -91,9 +91,12 @@ async def test_refreshing_capabilities_lets_a_fallen_back_target_try_the_agent_a
     monkeypatch.setattr(proto, "PROTOCOL_MIN", proto.PROTOCOL_MAX + 1)
     async with _ops(sshd) as ops:
         first = await ops.exec_raw("plain", ["true"])
+        fallen_back = await ops.prepare("plain")
         monkeypatch.undo()  # the "target" is fixed
         caps = await ops.capabilities("plain", refresh=True)
         second = await ops.exec_raw("plain", ["true"])
     assert first.carrier == "ssh"
+    assert fallen_back.carrier == "ssh"
+    assert fallen_back.reason is not None
     assert caps.carrier == "agent"
     assert second.carrier == "agent"

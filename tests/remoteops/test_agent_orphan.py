@@ -44,7 +44,11 @@ async def test_the_agent_exits_when_the_gateway_is_killed_with_sigkill(
     sshd: SshdInstance, tmp_path: Path, control_dir: Path
 ) -> None:
     config = {
-        "transport": {"ssh_config_file": str(sshd.ssh_config), "control_dir": str(control_dir)},
+        "transport": {
+            "ssh_config_file": str(sshd.ssh_config),
+            "control_dir": str(control_dir),
+            "carrier": "agent",  # the first call waits for the agent (auto would run it over ssh)
+        },
         "targets": [{"name": "plain", "host": sshd.alias("plain")}],
     }
     with run_gateway(tmp_path, config) as gw:
