@@ -100,8 +100,10 @@ class AgentCarrier:
         mode = self.mode(target)
         if mode == "ssh" or (mode == "auto" and target.name in self._fallback):
             return await self._via_ssh(target, identity, request)
+        # A call can go over ssh while the agent boots only if the agent leaves it a channel slot.
+        background = mode == "auto" and self._settings.max_channels_per_target > 1
         for _attempt in range(_FRESH_CHANNEL_TRIES):
-            if mode == "auto":
+            if background:
                 ready = await self._ready_channel(target, identity)
                 if ready is None:  # the agent boots in the background; this call does not wait for it
                     return await self._via_ssh(target, identity, request)
@@ -110,6 +112,9 @@ class AgentCarrier:
                 try:
                     channel = await self._channel(target, identity)
                 except AgentUnavailable as exc:
+                    if mode == "auto":
+                        self._fallback[target.name] = exc.reason
+                        return await self._via_ssh(target, identity, request)
                     raise MissingCapability(
                         f"the agent cannot run on this target: {exc.reason}",
                         target=target.name,
