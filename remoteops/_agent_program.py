@@ -49,6 +49,7 @@ Kinds, agent → gateway: ``RESULT`` and ``ERROR`` {code, message} (final), ``ST
 from __future__ import annotations
 
 import contextlib
+import errno
 import heapq
 import json
 import os
@@ -303,6 +304,9 @@ class _Exec:
         except OSError as exc:
             self._spawn_failed(exc)
             return
+        except (subprocess.SubprocessError, ValueError) as exc:
+            self._refuse(f"cannot start the command: {exc!r}")
+            return
         self.pid = self.proc.pid
         self.agent.by_pid[self.pid] = self
         self.agent.send(encode(self.id, STARTED, {"pid": self.pid}))
@@ -325,15 +329,24 @@ class _Exec:
         where = exc.filename
         if self.cwd is not None and where is not None and os.fsencode(where) == self.cwd:
             code, text = 2, f"rog: cd: {os.fsdecode(self.cwd)}: {exc.strerror}"
-        elif isinstance(exc, FileNotFoundError) and b"/" not in self.argv[0]:
+        elif exc.errno in (errno.ENOENT, errno.ENOTDIR) and b"/" not in self.argv[0]:
             code, text = 127, f"rog: {name}: command not found"
-        elif isinstance(exc, FileNotFoundError):
+        elif exc.errno in (errno.ENOENT, errno.ENOTDIR):
             code, text = 127, f"rog: {name}: {exc.strerror}"
-        else:
+        elif exc.errno in (errno.EACCES, errno.EPERM, errno.ENOEXEC, errno.EISDIR):
             code, text = 126, f"rog: {name}: {exc.strerror}"
+        else:  # no fds, no memory, ...: the target is in trouble, the command is not at fault
+            self._refuse(f"cannot start the command: {exc.strerror or exc!r}")
+            return
         self.err.feed(text.encode("utf-8", "surrogateescape") + b"\n")
         self.status = code << 8
         self.finish(spawned=False)
+
+    def _refuse(self, message: str) -> None:
+        """End the request with ERROR (nothing ran)."""
+        self.finished = True
+        self.agent.execs.pop(self.id, None)
+        self.agent.send(encode(self.id, ERROR, {"code": "spawn_failed", "message": message}))
 
     # -- io ----------------------------------------------------------------------------------------------
     def _readable(self, fd: int, mask: int) -> None:
