@@ -24,6 +24,7 @@ from typing import Any
 
 import anyio
 import anyio.abc
+import anyio.lowlevel
 
 from . import _agent_program as proto
 from ._agent_boot import EXIT_CHECKSUM, EXIT_SHORT, EXIT_TOO_OLD, agent_source, boot_command
@@ -45,6 +46,7 @@ _CANCEL_GRACE_S = 1.0
 _CANCEL_WAIT_S = _CANCEL_GRACE_S + 4.0
 _CLOSE_WAIT_S = 3.0
 _BOOT_EXTRA_S = 10.0
+_HIGH_WATER = 1024 * 1024  # queued bytes beyond which senders wait for the writer
 
 
 class AgentUnavailable(Exception):
@@ -108,7 +110,10 @@ class AgentChannel:
         self._proc: anyio.abc.Process | None = None
         self._pending: dict[int, _Pending] = {}
         self._next_id = 0
-        self._wlock = anyio.Lock()
+        self._outbuf = bytearray()  # frames waiting for the writer (one write for all that queued up)
+        self._outq: list[_Pending] = []  # requests whose EXEC frame is in _outbuf
+        self._wake_writer = anyio.Event()
+        self._taken = anyio.Event()
         self._changed = anyio.Event()
         self._dead = False
         self._closing = False
@@ -191,6 +196,7 @@ class AgentChannel:
                 self.last_used = time.monotonic()  # idleness counts from the moment it can serve
                 task_status.started()
                 tg.start_soon(self._read, proc, reader)
+                tg.start_soon(self._write, proc)
                 await self._serve()
                 await self._goodbye(proc)
                 tg.cancel_scope.cancel()
@@ -287,6 +293,8 @@ class AgentChannel:
         for pending in self._pending.values():
             pending.lost = True
             pending.done.set()
+        self._wake_writer.set()
+        self._taken.set()
         self._poke()
 
     async def _serve(self) -> None:
@@ -322,20 +330,42 @@ class AgentChannel:
 
     # -- requests ---------------------------------------------------------------------------------------
     async def _send(self, pending: _Pending | None, *frames: bytes) -> None:
-        """Write frames atomically with respect to other requests. ChannelGone when nothing was written."""
-        async with self._wlock:
-            proc = self._proc
-            if self._dead or proc is None or proc.stdin is None:
-                raise ChannelGone
-            if pending is not None:
-                pending.written = True  # from here on the request may have reached the agent
-            try:
-                for frame in frames:
-                    await proc.stdin.send(frame)
-            except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
-                self._die()
-                if pending is None:
-                    raise ChannelGone from None
+        """Queue frames for the writer, whole and in order. ChannelGone when the channel is already dead
+        (then nothing of them was written). ``pending`` marks the request's first frame: the writer sets
+        ``pending.written`` when it hands that frame to the session."""
+        if self._dead or self._proc is None:
+            raise ChannelGone
+        for frame in frames:
+            self._outbuf += frame
+        if pending is not None:
+            self._outq.append(pending)
+        self._wake_writer.set()
+        while len(self._outbuf) > _HIGH_WATER and not self._dead:  # back-pressure for big stdin payloads
+            self._taken = anyio.Event()
+            await self._taken.wait()
+
+    async def _write(self, proc: anyio.abc.Process) -> None:
+        """The one writer: everything queued since its last write goes out in one write (bursts of
+        requests cost one syscall, one ssh channel packet and one read by the agent, not one each)."""
+        try:
+            if proc.stdin is None:
+                return
+            while not self._dead:
+                if not self._outbuf:
+                    self._wake_writer = anyio.Event()
+                    await self._wake_writer.wait()
+                    await anyio.lowlevel.checkpoint()  # let the other tasks woken with us queue theirs
+                    continue
+                batch, self._outbuf = bytes(self._outbuf), bytearray()
+                batch_requests, self._outq = self._outq, []
+                for pending in batch_requests:
+                    pending.written = True  # from here on the request may reach the agent
+                self._taken.set()
+                await proc.stdin.send(batch)
+        except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
+            pass
+        finally:
+            self._die()
 
     async def execute(self, request: ExecRequest, kill: KillReport) -> RawExec:
         """Run one command on the agent. Cancellation kills it on the target (reported in ``kill``)."""
