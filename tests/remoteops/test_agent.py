@@ -20,6 +20,7 @@ import pytest
 from remoteops import RemoteOps, TargetSpec, TransportLost, TransportSettings
 from remoteops._embedded import EmbeddedTarget
 from tests.fixtures.procs import processes_mentioning
+from tests.fixtures.sshd import SshdInstance
 from tests.remoteops.conftest import wait_for_line
 
 pytestmark = pytest.mark.anyio
@@ -280,6 +281,27 @@ async def test_in_auto_mode_a_cold_targets_first_call_does_not_wait_for_the_agen
     assert state.agent_alive
     assert second.carrier == "agent"
     assert second.stdout.head == b"two\n"
+
+
+@pytest.mark.sshd
+async def test_at_max_masters_a_new_targets_agent_closes_the_least_recently_used_idle_one(
+    sshd: SshdInstance,
+) -> None:
+    settings = TransportSettings(
+        ssh_config_file=sshd.ssh_config, control_dir=sshd.control_dir, carrier="agent", max_masters=1
+    )
+    targets = [TargetSpec(name=role, host=sshd.alias(role)) for role in ("plain", "sudo")]
+    async with RemoteOps(settings, targets) as ops:
+        await ops.run("plain", ["true"])
+        first = _agent_pid(ops, "plain")
+        result = await ops.run("sudo", ["id", "-un"])
+        await wait_gone(first)
+        stats = ops.stats()
+    assert result.stdout == "ro-sudo\n"
+    assert stats.evictions == 1
+    assert stats.live_masters == 1
+    assert stats.carriers["plain"].agent_alive is False
+    assert stats.carriers["sudo"].agent_alive is True
 
 
 async def test_closing_remoteops_ends_the_agent_on_the_target(peer: Peer) -> None:
