@@ -79,6 +79,8 @@ class KillReport:
 class _Pending:
     done: anyio.Event = field(default_factory=anyio.Event)
     written: bool = False
+    queued: bool = False  # its EXEC frame is queued for the writer
+    abandoned: bool = False  # cancelled before the writer sent it: its frames are dropped, never sent
     started: bool = False
     lost: bool = False
     result: tuple[dict[str, Any], bytes] | None = None
@@ -110,8 +112,9 @@ class AgentChannel:
         self._proc: anyio.abc.Process | None = None
         self._pending: dict[int, _Pending] = {}
         self._next_id = 0
-        self._outbuf = bytearray()  # frames waiting for the writer (one write for all that queued up)
-        self._outq: list[_Pending] = []  # requests whose EXEC frame is in _outbuf
+        # frames waiting for the writer, each with the request it belongs to (one write for all queued)
+        self._outq: list[tuple[_Pending, bytes]] = []
+        self._queued = 0
         self._wake_writer = anyio.Event()
         self._taken = anyio.Event()
         self._changed = anyio.Event()
@@ -329,18 +332,20 @@ class AgentChannel:
             await self._stopped.wait()
 
     # -- requests ---------------------------------------------------------------------------------------
-    async def _send(self, pending: _Pending | None, *frames: bytes) -> None:
-        """Queue frames for the writer, whole and in order. ChannelGone when the channel is already dead
-        (then nothing of them was written). ``pending`` marks the request's first frame: the writer sets
-        ``pending.written`` when it hands that frame to the session."""
+    async def _send(self, pending: _Pending, *frames: bytes, first: bool = False) -> None:
+        """Queue frames of ``pending``'s request for the writer, whole and in order. ChannelGone when the
+        channel is already dead (nothing of them was written). ``first``: the request's EXEC frame — the
+        writer sets ``pending.written`` when it hands that to the session, and drops the frames of a
+        request abandoned before that."""
         if self._dead or self._proc is None:
             raise ChannelGone
-        for frame in frames:
-            self._outbuf += frame
-        if pending is not None:
-            self._outq.append(pending)
+        data = b"".join(frames)
+        self._outq.append((pending, data))
+        self._queued += len(data)
+        if first:
+            pending.queued = True
         self._wake_writer.set()
-        while len(self._outbuf) > _HIGH_WATER and not self._dead:  # back-pressure for big stdin payloads
+        while self._queued > _HIGH_WATER and not self._dead:  # back-pressure for big stdin payloads
             self._taken = anyio.Event()
             await self._taken.wait()
 
@@ -351,17 +356,22 @@ class AgentChannel:
             if proc.stdin is None:
                 return
             while not self._dead:
-                if not self._outbuf:
+                if not self._outq:
                     self._wake_writer = anyio.Event()
                     await self._wake_writer.wait()
                     await anyio.lowlevel.checkpoint()  # let the other tasks woken with us queue theirs
                     continue
-                batch, self._outbuf = bytes(self._outbuf), bytearray()
-                batch_requests, self._outq = self._outq, []
-                for pending in batch_requests:
-                    pending.written = True  # from here on the request may reach the agent
+                batch, self._outq, self._queued = self._outq, [], 0
+                parts = []
+                for pending, data in batch:
+                    if pending.abandoned and not pending.written:
+                        continue
+                    if pending.queued:
+                        pending.written = True  # from here on the request may reach the agent
+                    parts.append(data)
                 self._taken.set()
-                await proc.stdin.send(batch)
+                if parts:
+                    await proc.stdin.send(b"".join(parts))
         except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
             pass
         finally:
@@ -391,9 +401,9 @@ class AgentChannel:
         started = time.monotonic()
         try:
             try:
-                await self._send(pending, proto.encode(rid, proto.EXEC, meta))
+                await self._send(pending, proto.encode(rid, proto.EXEC, meta), first=True)
                 if request.stdin is not None:
-                    await self._send_stdin(rid, request.stdin)
+                    await self._send_stdin(rid, pending, request.stdin)
                 await pending.done.wait()
             except anyio.get_cancelled_exc_class():
                 with anyio.CancelScope(shield=True):
@@ -407,22 +417,28 @@ class AgentChannel:
                 self._poke()
         return self._outcome(request, pending, time.monotonic() - started)
 
-    async def _send_stdin(self, rid: int, data: bytes) -> None:
+    async def _send_stdin(self, rid: int, pending: _Pending, data: bytes) -> None:
         view = memoryview(data)
         offsets = range(0, max(len(view), 1), _STDIN_CHUNK)
         for offset in offsets:
             last = offset + _STDIN_CHUNK >= len(view)
             chunk = bytes(view[offset : offset + _STDIN_CHUNK])
             try:
-                await self._send(None, proto.encode(rid, proto.DATA, None, chunk, proto.F_END if last else 0))
+                await self._send(
+                    pending, proto.encode(rid, proto.DATA, None, chunk, proto.F_END if last else 0)
+                )
             except ChannelGone:
                 return  # the EXEC frame went out: the request's outcome is decided by the channel's end
 
     async def _cancel(self, rid: int, pending: _Pending, kill: KillReport) -> None:
-        if not pending.written or pending.done.is_set():
+        if not pending.written:
+            pending.abandoned = True  # still queued: the writer drops it, nothing reaches the agent
+            kill.answered = kill.confirmed = True
+            return
+        if pending.done.is_set():
             return
         with contextlib.suppress(ChannelGone):
-            await self._send(None, proto.encode(rid, proto.CANCEL, {"grace_s": _CANCEL_GRACE_S}))
+            await self._send(pending, proto.encode(rid, proto.CANCEL, {"grace_s": _CANCEL_GRACE_S}))
         with anyio.move_on_after(_CANCEL_WAIT_S):
             await pending.done.wait()
         if pending.result is not None:
