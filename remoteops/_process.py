@@ -83,6 +83,16 @@ def group_alive(pgid: int) -> bool:
     return not _only_zombies_left(pgid)
 
 
+def _group_exists(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
 def _signal_group(pgid: int, sig: signal.Signals) -> bool:
     """Send ``sig`` to the group; False when the group is gone."""
     try:
@@ -104,7 +114,8 @@ async def terminate_group(proc: anyio.abc.Process, *, grace_s: float = _TERM_GRA
             with anyio.move_on_after(grace_s):
                 await proc.wait()  # event-driven for the leader
                 for _probe in range(int(grace_s / _GROUP_POLL_S) + 1):
-                    if not group_alive(pgid):
+                    # one syscall when the group is gone; a /proc scan (off the loop) when it lingers
+                    if not _group_exists(pgid) or not await anyio.to_thread.run_sync(group_alive, pgid):
                         break
                     await anyio.sleep(_GROUP_POLL_S)
             with contextlib.suppress(ProcessLookupError, PermissionError):
