@@ -13,9 +13,11 @@ Framing (big-endian)::
     body    u32 meta_length | meta (UTF-8 JSON object, or empty) | data (raw bytes, the rest)
 
 Binary payloads (stdin, output, file contents) are raw bytes in ``data``, never base64 inside JSON. Text
-fields that may hold arbitrary bytes (argv, paths, env) travel as ``os.fsdecode``'d strings: JSON escapes
-their surrogates and ``os.fsencode`` restores the exact bytes on the other side. Request ids are chosen by
-the gateway (0 is the channel itself); any number of requests may be in flight, answers come in any order.
+fields that may hold arbitrary bytes (argv, paths, env) travel as strings decoded from UTF-8 with
+``surrogateescape`` (:func:`wire_text`): JSON escapes the surrogates and :func:`wire_bytes` restores the
+exact bytes on the other side, whatever the target's locale (the ssh carrier sends UTF-8 too). Request ids
+are chosen by the gateway (0 is the channel itself); any number of requests may be in flight, answers come
+in any order.
 Every request ends with exactly one final frame (RESULT or ERROR); non-final frames (STARTED, OUTPUT,
 PROGRESS) may precede it.
 
@@ -85,6 +87,8 @@ __all__ = [
     "WRITE",
     "FrameReader",
     "encode",
+    "wire_bytes",
+    "wire_text",
 ]
 
 PROTOCOL_MIN = 1
@@ -118,6 +122,16 @@ _CONFIRM_EVERY_S = 0.02  # SIGKILL is asynchronous: re-check the process table t
 _CONFIRM_FOR_S = 2.0
 _SHUTDOWN_GRACE_S = 1.0
 _PR_SET_CHILD_SUBREAPER = 36
+
+
+def wire_bytes(text: str) -> bytes:
+    """A text field of the protocol as the bytes it stands for."""
+    return text.encode("utf-8", "surrogateescape")
+
+
+def wire_text(data: bytes) -> str:
+    """Bytes (a path, an argv word) as a text field of the protocol; :func:`wire_bytes` inverts it."""
+    return data.decode("utf-8", "surrogateescape")
 
 
 def encode(
@@ -254,11 +268,11 @@ class _Exec:
     def __init__(self, agent: _Agent, request_id: int, meta: dict[str, Any]) -> None:
         self.agent = agent
         self.id = request_id
-        self.argv = [os.fsencode(word) for word in meta["argv"]]
+        self.argv = [wire_bytes(word) for word in meta["argv"]]
         if not self.argv or not self.argv[0]:
             raise ValueError("argv must be non-empty")
         cwd = meta.get("cwd")
-        self.cwd = os.fsencode(cwd) if cwd else None
+        self.cwd = wire_bytes(cwd) if cwd else None
         self.marker = str(meta["marker"]).encode()
         if len(self.marker) < 16 or self.marker.strip(b"0123456789abcdef"):
             raise ValueError("marker must be at least 16 lowercase hex digits")
@@ -268,7 +282,7 @@ class _Exec:
         self.err = _Capture(int(meta.get("head", 32768)), int(meta.get("tail", 32768)))
         self.env = dict(agent.base_env)
         for name, value in meta.get("env", {}).items():
-            self.env[os.fsencode(name)] = os.fsencode(value)
+            self.env[wire_bytes(name)] = wire_bytes(value)
         self.env[b"ROG_CALL"] = self.marker
         self.wants_stdin = bool(meta.get("stdin"))
         self.stdin_buf = bytearray()
@@ -325,10 +339,10 @@ class _Exec:
         self.timers.append(self.agent.later(self.limit_s, self._limit))
 
     def _spawn_failed(self, exc: OSError) -> None:
-        name = os.fsdecode(self.argv[0])
+        name = wire_text(self.argv[0])
         where = exc.filename
         if self.cwd is not None and where is not None and os.fsencode(where) == self.cwd:
-            code, text = 2, f"rog: cd: {os.fsdecode(self.cwd)}: {exc.strerror}"
+            code, text = 2, f"rog: cd: {wire_text(self.cwd)}: {exc.strerror}"
         elif exc.errno in (errno.ENOENT, errno.ENOTDIR) and b"/" not in self.argv[0]:
             code, text = 127, f"rog: {name}: command not found"
         elif exc.errno in (errno.ENOENT, errno.ENOTDIR):
