@@ -18,13 +18,19 @@ import shlex
 from functools import cache
 from pathlib import Path
 
+from ._errors import ConnectError, TransportLost
+from ._sshargs import classify_ssh_failure
+
 __all__ = [
     "EXIT_CHECKSUM",
     "EXIT_SHORT",
     "EXIT_TOO_OLD",
     "LOADER",
+    "AgentUnavailable",
+    "MasterGone",
     "agent_source",
     "boot_command",
+    "boot_failure",
 ]
 
 EXIT_SHORT = 90
@@ -57,3 +63,35 @@ def boot_command(python: str = "python3") -> str:
     """The remote command line that starts the agent (the login shell parses it)."""
     source, digest = agent_source()
     return shlex.join(["exec", python, "-I", "-S", "-c", LOADER, str(len(source)), digest])
+
+
+class AgentUnavailable(Exception):
+    """The target cannot run the agent (no python3, too old, refused, protocol mismatch): use ssh."""
+
+    def __init__(self, reason: str, *, capability: str = "python3") -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.capability = capability
+
+
+class MasterGone(Exception):
+    """The master refused or lost the session before the agent started: invalidate it and try again."""
+
+
+def boot_failure(code: int | None, stderr: str, *, target: str, via_master: bool) -> BaseException:
+    """Why the agent's session ended before HELLO: ssh's own failures classified exactly as the ssh carrier
+    classifies them (nothing of the caller's ran), or why this target cannot run the agent."""
+    if code == 255 or code is None:
+        if via_master:  # the master refused or lost the session
+            return MasterGone(stderr)
+        error = classify_ssh_failure(stderr, target=target, stage="agent", command_started=False)
+        if isinstance(error, TransportLost):  # nothing of the caller's ran: a connect-stage failure
+            return ConnectError(stderr[-600:] or "the agent session closed", target=target, stage="agent")
+        return error
+    if code in (126, 127):
+        return AgentUnavailable(f"no usable python3 on the target's PATH ({stderr[-200:] or code})")
+    if code == EXIT_TOO_OLD:
+        return AgentUnavailable(stderr[-200:] or "python3 is older than 3.8")
+    if code in (EXIT_SHORT, EXIT_CHECKSUM):
+        return AgentUnavailable(f"the agent did not arrive intact ({stderr[-200:] or code})")
+    return AgentUnavailable(f"the target refused the agent (exit {code}): {stderr[-300:]}")

@@ -24,7 +24,9 @@ import time
 import anyio
 import anyio.abc
 
-from ._agent_channel import AgentChannel, AgentUnavailable, ChannelGone, KillReport, MasterGone
+from ._agent_boot import AgentUnavailable, MasterGone
+from ._agent_channel import AgentChannel, ChannelGone
+from ._agent_exec import KillReport
 from ._errors import CommandTimeout, ConnectError, MissingCapability, RemoteOpsError
 from ._exec import CarrierName, ExecRequest, RawExec
 from ._models import CarrierState, TargetIdentity

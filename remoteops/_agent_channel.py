@@ -16,7 +16,6 @@ from __future__ import annotations
 import contextlib
 import math
 import os
-import secrets
 import subprocess
 import time
 from dataclasses import dataclass, field
@@ -27,18 +26,19 @@ import anyio.abc
 import anyio.lowlevel
 
 from . import _agent_program as proto
-from ._agent_boot import EXIT_CHECKSUM, EXIT_SHORT, EXIT_TOO_OLD, agent_source, boot_command
+from ._agent_boot import AgentUnavailable, MasterGone, agent_source, boot_command, boot_failure
+from ._agent_exec import KillReport, exec_meta, raw_result
 from ._capture import HeadTail
-from ._errors import ConnectError, TransportError, TransportLost
-from ._exec import ExecRequest, RawExec, RawStream
+from ._errors import TransportError, TransportLost
+from ._exec import ExecRequest, RawExec
 from ._master import Master
 from ._models import TargetIdentity
 from ._pool import MasterPool
 from ._process import supervised_child
 from ._settings import TargetSpec, TransportSettings
-from ._sshargs import SshArgs, classify_ssh_failure
+from ._sshargs import SshArgs
 
-__all__ = ["AgentChannel", "AgentUnavailable", "ChannelGone", "KillReport", "MasterGone"]
+__all__ = ["AgentChannel", "ChannelGone"]
 
 _READ_CHUNK = 256 * 1024
 _STDIN_CHUNK = 256 * 1024
@@ -49,30 +49,8 @@ _BOOT_EXTRA_S = 10.0
 _HIGH_WATER = 1024 * 1024  # queued bytes beyond which senders wait for the writer
 
 
-class AgentUnavailable(Exception):
-    """The target cannot run the agent (no python3, too old, refused, protocol mismatch): use ssh."""
-
-    def __init__(self, reason: str, *, capability: str = "python3") -> None:
-        super().__init__(reason)
-        self.reason = reason
-        self.capability = capability
-
-
 class ChannelGone(Exception):
     """The channel died before any byte of the request was written: nothing ran, a fresh one may be used."""
-
-
-class MasterGone(Exception):
-    """The master refused or lost the session before the agent started: invalidate it and try again."""
-
-
-@dataclass
-class KillReport:
-    """Filled in when a request is cancelled: what the agent said about the kill."""
-
-    answered: bool = False
-    confirmed: bool = False
-    survivors: tuple[int, ...] = ()
 
 
 @dataclass
@@ -93,13 +71,6 @@ def _exited(pid: int) -> bool:
         return os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
     except ChildProcessError:
         return True
-
-
-def _stream(meta: list[int], data: bytes, offset: int) -> tuple[RawStream, int]:
-    head_len, tail_len, total = (int(x) for x in meta)
-    head = data[offset : offset + head_len]
-    tail = data[offset + head_len : offset + head_len + tail_len]
-    return RawStream(head, tail, max(0, total - head_len - tail_len)), offset + head_len + tail_len
 
 
 class AgentChannel:
@@ -234,24 +205,13 @@ class AgentChannel:
         with anyio.move_on_after(_CLOSE_WAIT_S):
             await proc.wait()
             await self._stderr_done.wait()
-        code = proc.returncode
         stderr = self.stderr.tail.decode(errors="replace").strip()
-        name = self.target.name
-        if code == 255 or code is None:
-            if master is not None:  # the master refused or lost the session: nothing ran
-                await self._pool.invalidate(master)
-                return MasterGone(stderr)
-            error = classify_ssh_failure(stderr, target=name, stage="agent", command_started=False)
-            if isinstance(error, TransportLost):  # nothing of the caller's ran: a connect-stage failure
-                return ConnectError(stderr[-600:] or "the agent session closed", target=name, stage="agent")
-            return error
-        if code in (126, 127):
-            return AgentUnavailable(f"no usable python3 on the target's PATH ({stderr[-200:] or code})")
-        if code == EXIT_TOO_OLD:
-            return AgentUnavailable(stderr[-200:] or "python3 is older than 3.8")
-        if code in (EXIT_SHORT, EXIT_CHECKSUM):
-            return AgentUnavailable(f"the agent did not arrive intact ({stderr[-200:] or code})")
-        return AgentUnavailable(f"the target refused the agent (exit {code}): {stderr[-300:]}")
+        failure = boot_failure(
+            proc.returncode, stderr, target=self.target.name, via_master=master is not None
+        )
+        if isinstance(failure, MasterGone) and master is not None:
+            await self._pool.invalidate(master)
+        return failure
 
     async def _drain_stderr(self, proc: anyio.abc.Process) -> None:
         try:
@@ -387,17 +347,7 @@ class AgentChannel:
         self._pending[rid] = pending
         self.inflight += 1
         self.last_used = time.monotonic()
-        meta = {
-            "argv": list(request.argv),
-            "cwd": request.cwd,
-            "env": dict(request.env),
-            "marker": secrets.token_hex(8),
-            "limit_s": request.time_limit_s,
-            "kill_s": self._settings.kill_after_s,
-            "head": request.head_cap,
-            "tail": request.tail_cap,
-            "stdin": request.stdin is not None,
-        }
+        meta = exec_meta(request, self._settings.kill_after_s)
         started = time.monotonic()
         try:
             try:
@@ -442,29 +392,13 @@ class AgentChannel:
         with anyio.move_on_after(_CANCEL_WAIT_S):
             await pending.done.wait()
         if pending.result is not None:
-            meta = pending.result[0]
-            kill.answered = True
-            kill.confirmed = bool(meta.get("killed"))
-            kill.survivors = tuple(int(p) for p in meta.get("survivors", ()))
+            kill.record(pending.result[0])
 
     def _outcome(self, request: ExecRequest, pending: _Pending, elapsed_s: float) -> RawExec:
         name = self.target.name
         if pending.result is not None:
             meta, data = pending.result
-            stdout, offset = _stream(meta["out"], data, 0)
-            stderr, _ = _stream(meta["err"], data, offset)
-            return RawExec(
-                exit_code=int(meta["exit"]),
-                stdout=stdout,
-                stderr=stderr,
-                duration_s=float(meta.get("duration_s", elapsed_s)),
-                carrier="agent",
-                signal=meta.get("signal"),
-                timed_out=bool(meta.get("timed_out")),
-                remote_killed=bool(meta.get("killed")),
-                multiplexed=self.multiplexed,
-                survivors=tuple(int(p) for p in meta.get("survivors", ())),
-            )
+            return raw_result(meta, data, target=name, multiplexed=self.multiplexed, elapsed_s=elapsed_s)
         if pending.error is not None:
             raise TransportError(
                 f"the agent refused the request: {pending.error.get('code')}: {pending.error.get('message')}",

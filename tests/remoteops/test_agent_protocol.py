@@ -16,8 +16,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from remoteops import TransportError
 from remoteops import _agent_program as proto
 from remoteops._agent_boot import EXIT_CHECKSUM, agent_source, boot_command
+from remoteops._agent_exec import raw_result
 from remoteops._process import supervised_child
 
 pytestmark = pytest.mark.anyio
@@ -93,6 +95,33 @@ def test_frames_survive_any_chunking_byte_exact(frames: list[Frame], chunk: int)
     for offset in range(0, len(wire), chunk):
         decoded += reader.feed(wire[offset : offset + chunk])
     assert decoded == frames
+
+
+_VALUES = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(-3, 60),
+    st.text(max_size=3),
+    st.lists(st.integers(-3, 60), max_size=4),
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    meta=st.dictionaries(
+        st.sampled_from(["exit", "out", "err", "signal", "killed", "survivors", "duration_s", "timed_out"]),
+        _VALUES,
+    ),
+    data=st.binary(max_size=60),
+)
+def test_a_malformed_result_is_a_transport_error_never_a_crash(meta: dict[str, Any], data: bytes) -> None:
+    try:
+        raw = raw_result(meta, data, target="t", multiplexed=False, elapsed_s=0.0)
+    except TransportError:
+        return
+    kept = len(raw.stdout.head) + len(raw.stdout.tail) + len(raw.stderr.head) + len(raw.stderr.tail)
+    assert kept <= len(data)
+    assert min(raw.stdout.dropped, raw.stderr.dropped) >= 0
 
 
 def test_a_frame_longer_than_the_limit_is_a_protocol_error() -> None:
