@@ -37,6 +37,10 @@ Kinds, gateway → agent:
 * ``DATA`` (flag END on the last): a chunk of the request's input stream (exec stdin; write contents next).
 * ``CANCEL`` {grace_s}: kill request ``id``'s processes like a time limit (TERM, KILL after grace_s); the
   request then ends with its RESULT (``cancelled`` true).
+* Reserved for streaming (issue 12): EXEC ``{..., stream: true}`` asks for the output as it arrives in
+  OUTPUT frames ``{stream: 1 | 2, offset}`` (offset = bytes of that stream before the chunk, END on each
+  stream's last; the RESULT then carries only the totals), paced by ``CREDIT`` ``{bytes}`` frames from the
+  gateway so a slow consumer never makes the agent buffer without bound.
 * Reserved for the file primitives (issue 11): ``STAT`` {path}, ``READ`` {path, offset, length},
   ``WRITE`` {path, mode?, expected_sha256?, if_exists} + DATA frames (temporary file, fsync, rename),
   ``HASH`` {path}, ``LIST`` {path, depth, limit}. Reserved for server-side waits (issue 12): ``WAIT``
@@ -66,6 +70,7 @@ from typing import Any
 
 __all__ = [
     "CANCEL",
+    "CREDIT",
     "DATA",
     "ERROR",
     "EXEC",
@@ -102,6 +107,7 @@ HELLO = 0x01
 EXEC = 0x02
 DATA = 0x03
 CANCEL = 0x04
+CREDIT = 0x05
 STAT = 0x10
 READ = 0x11
 WRITE = 0x12
@@ -641,6 +647,8 @@ class _Agent:
             if child is not None:
                 child.data(data, bool(flags & F_END))
             return
+        if kind == CREDIT:
+            return  # streaming is not built yet: nothing to pace (never an answer: it is not a request)
         if kind == CANCEL:
             child = self.execs.get(request_id)
             if child is not None and not child.finished:
