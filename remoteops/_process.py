@@ -104,31 +104,39 @@ def _signal_group(pgid: int, sig: signal.Signals) -> bool:
     return True
 
 
+async def _until_group_gone(pgid: int) -> None:
+    """Return once no member of the group can run; the caller's cancel scope bounds the wait."""
+    for _probe in range(1_000_000):
+        # one syscall when the group is gone; a /proc scan (off the loop) while it lingers
+        if not _group_exists(pgid) or not await anyio.to_thread.run_sync(group_alive, pgid):
+            return
+        await anyio.sleep(_GROUP_POLL_S)
+
+
 async def terminate_group(proc: anyio.abc.Process, *, grace_s: float = _TERM_GRACE_S) -> None:
-    """SIGTERM the process group of ``proc`` → bounded wait → SIGKILL what remains → reap the leader.
+    """SIGTERM the process group of ``proc`` → bounded wait → SIGKILL what remains → bounded wait until the
+    whole group is gone → reap the leader and close its pipes.
 
     Shielded and bounded: safe to call from cancelled code and more than once."""
     pgid = proc.pid  # the leader's pid is the pgid (start_new_session); never getpgid() after reaping
     with anyio.CancelScope(shield=True):
         if _signal_group(pgid, signal.SIGTERM):
+            gone = False
             with anyio.move_on_after(grace_s):
                 await proc.wait()  # event-driven for the leader
-                for _probe in range(int(grace_s / _GROUP_POLL_S) + 1):
-                    # one syscall when the group is gone; a /proc scan (off the loop) when it lingers
-                    if not _group_exists(pgid) or not await anyio.to_thread.run_sync(group_alive, pgid):
-                        break
-                    await anyio.sleep(_GROUP_POLL_S)
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(pgid, signal.SIGKILL)
+                await _until_group_gone(pgid)
+                gone = True
+            if not gone and _signal_group(pgid, signal.SIGKILL):
+                with anyio.move_on_after(_KILL_WAIT_S):  # SIGKILL is delivered asynchronously
+                    await proc.wait()
+                    await _until_group_gone(pgid)
         if proc.returncode is None:
             with contextlib.suppress(ProcessLookupError):
                 proc.kill()  # not in its group any more (cannot happen with setsid) or group gone: the pid
             with anyio.move_on_after(_KILL_WAIT_S):
                 await proc.wait()
-        for stream in (proc.stdin, proc.stdout, proc.stderr):
-            if stream is not None:
-                with anyio.move_on_after(1):
-                    await stream.aclose()
+        with anyio.move_on_after(_KILL_WAIT_S):
+            await proc.aclose()  # closes the pipe transports too, not only the streams
 
 
 @contextlib.asynccontextmanager
