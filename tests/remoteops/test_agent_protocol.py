@@ -217,7 +217,7 @@ async def test_a_kill_never_reaches_a_process_outside_the_agents_tree_even_with_
     outsider_env = {**os.environ, "ROG_CALL": MARKER}
     sleeper = ["sleep", "331"]
     async with supervised_child(sleeper, stdout=subprocess.DEVNULL, env=outsider_env) as outsider:
-        assert f"ROG_CALL={MARKER}".encode() in _environ(outsider.pid)
+        await _until_exec(outsider.pid, f"ROG_CALL={MARKER}".encode())
         async with local_agent("python3") as agent:
             await _hello(agent)
             argv = ["sh", "-c", "setsid sleep 332 & sleep 333"]
@@ -251,6 +251,13 @@ def _runs(pid: int) -> bool:
 
 def _environ(pid: int) -> bytes:
     return Path(f"/proc/{pid}/environ").read_bytes()
+
+
+async def _until_exec(pid: int, entry: bytes) -> None:
+    """Wait (bounded) until the child has exec'd: /proc/PID/environ reads empty between fork and exec."""
+    with anyio.fail_after(10):
+        while entry not in _environ(pid):
+            await anyio.sleep(0.01)
 
 
 def _pids_with_cmdline(needle: bytes) -> list[int]:
