@@ -38,12 +38,14 @@ from ._models import (
 from ._ops import RemoteOps
 from ._render import RenderedCommand, render_command
 from ._settings import HostKeyPolicy, MultiplexMode, TargetSpec, TransportSettings
+from ._state import Collection, StateProblem, StateStore, atomic_write
 
 __all__ = [
     "CAPABILITY_TOOLS",
     "AuthError",
     "Capabilities",
     "Carrier",
+    "Collection",
     "CommandTimeout",
     "ConnectError",
     "ConnectReason",
@@ -63,6 +65,8 @@ __all__ = [
     "RemoteShellError",
     "RenderedCommand",
     "SectionError",
+    "StateProblem",
+    "StateStore",
     "TargetIdentity",
     "TargetInfo",
     "TargetSpec",
@@ -71,5 +75,6 @@ __all__ = [
     "TransportSettings",
     "TransportStats",
     "UnknownTarget",
+    "atomic_write",
     "render_command",
 ]
