@@ -239,8 +239,8 @@ members() {
     # the group only while its supervisor lives: a group number of a finished task may be reused
     if [ "$supalive" = 1 ] && [ -n "$pg" ] && [ "$3" = "$pg" ]; then list="$list ${p#/proc/}"; fi
   done
-  for e in $(grep -lzxF -- "ROG_TASK_MARK=$mark" /proc/[0-9]*/environ 2>/dev/null); do
-    p=${e#/proc/}
+  for ent in $(grep -lzxF -- "ROG_TASK_MARK=$mark" /proc/[0-9]*/environ 2>/dev/null); do
+    p=${ent#/proc/}
     p=${p%/environ}
     case " $list " in *" $p "*) ;; *) list="$list $p" ;; esac
   done
@@ -248,12 +248,12 @@ members() {
 now() { read -r u _ < /proc/uptime; u=${u%.*}${u#*.}; }
 gone_within() {
   now
-  e=$((u + $1))
+  dl=$((u + $1))
   while :; do
     members
     [ -z "$list" ] && return 0
     now
-    [ "$u" -ge "$e" ] && return 1
+    [ "$u" -ge "$dl" ] && return 1
     sleep 0.05
   done
 }
@@ -278,10 +278,10 @@ sup_alive() {
 removed=no
 if [ "$step" != not_confirmed ]; then
   now
-  e=$((u + 500))
+  dl=$((u + 500))
   while sup_alive; do
     now
-    [ "$u" -ge "$e" ] && break
+    [ "$u" -ge "$dl" ] && break
     sleep 0.05
   done
   if [ "$mode" = tmux ]; then

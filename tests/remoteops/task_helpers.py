@@ -4,6 +4,7 @@ FIFO gates a task blocks on (released by the test, no sleeps), and what is left 
 from __future__ import annotations
 
 import os
+import select
 import shutil
 import subprocess
 import tempfile
@@ -12,6 +13,7 @@ from contextlib import asynccontextmanager, contextmanager, suppress
 from pathlib import Path
 from typing import Any
 
+import anyio
 import pytest
 
 from remoteops import RemoteOps, RemoteTasks, StateStore, TaskInfo, TaskSettings, TransportSettings
@@ -22,6 +24,7 @@ __all__ = [
     "files_of",
     "gates",
     "marked_processes",
+    "released_and_gone",
     "remote_root",
     "root",
     "running_tasks",
@@ -163,3 +166,15 @@ async def tasks(
     async with ops_factory() as ops, running_tasks(ops, tmp_path / "state", root, settings,
                                                    session=request.param) as t:  # fmt: skip
         yield t
+
+
+async def released_and_gone(gate: Gate, root: Path, task_id: str) -> None:
+    """Release ``gate`` and block until the task's supervisor process has exited (pidfd, no polling)."""
+    sup_pid = int((root / task_id / "sup").read_text().split()[0])
+    pidfd = os.pidfd_open(sup_pid)
+    try:
+        gate.release()
+        ready, _, _ = await anyio.to_thread.run_sync(select.select, [pidfd], [], [], 30.0)
+        assert ready, "the supervisor did not exit within 30 s"
+    finally:
+        os.close(pidfd)
