@@ -16,6 +16,10 @@ from remoteops import (
     ProbeError,
     RemoteOpsError,
     RemoteShellError,
+    TaskCapabilityMissing,
+    TaskConflict,
+    TaskNotFound,
+    TaskRemoteError,
     TransportError,
     TransportLost,
     UnknownTarget,
@@ -49,6 +53,10 @@ def _upstream(exc: UpstreamError) -> ToolFailure:
 
 _REMOTE_CODES: tuple[tuple[type[RemoteOpsError], ErrorCode], ...] = (
     (PolicyDenied, ErrorCode.POLICY_DENIED),
+    (TaskNotFound, ErrorCode.NOT_FOUND),
+    (TaskConflict, ErrorCode.CONFLICT),
+    (TaskCapabilityMissing, ErrorCode.MISSING_REMOTE_CAPABILITY),
+    (TaskRemoteError, ErrorCode.REMOTE_NONZERO_EXIT),
     (UnknownTarget, ErrorCode.UNKNOWN_TARGET),
     (HostKeyError, ErrorCode.HOST_KEY_ERROR),
     (AuthError, ErrorCode.AUTH_ERROR),
@@ -64,7 +72,8 @@ _REMOTE_CODES: tuple[tuple[type[RemoteOpsError], ErrorCode], ...] = (
 def _remote(exc: RemoteOpsError) -> ToolFailure:
     code = next(code for cls, code in _REMOTE_CODES if isinstance(exc, cls))
     details: dict[str, object] = {"target": exc.target, "detail": exc.detail}
-    for field in ("reason", "stage", "command_started", "exit_code", "time_limit_s", "remote_killed"):
+    for field in ("reason", "stage", "command_started", "exit_code", "time_limit_s", "remote_killed",
+                  "task_id", "state", "tool"):  # fmt: skip
         if hasattr(exc, field):
             details[field] = getattr(exc, field)
     if isinstance(exc, TransportLost):

@@ -40,6 +40,8 @@ class HealthOut(Output):
     upstreams: list[dict[str, Any]] = Field(
         description="Per upstream: state, identity, counters, dropped/renamed."
     )
+    tasks: dict[str, Any] = Field(description="Remote tasks: counts by state, remote directory, retention.")
+    state: dict[str, Any] = Field(description="The state store: its directory and records moved aside.")
 
 
 async def gateway_health(ctx: ToolContext, _: HealthIn) -> HealthOut:
@@ -56,6 +58,8 @@ async def gateway_health(ctx: ToolContext, _: HealthIn) -> HealthOut:
         audit=AuditHealth.model_validate(rt.audit.status()),
         transport=rt.remote.stats().model_dump(mode="json"),
         upstreams=rt.relay.health(),
+        tasks=rt.tasks.health().model_dump(mode="json"),
+        state=rt.state.status(),
     )
 
 
@@ -73,7 +77,7 @@ SPECS: list[ToolSpec[Any, Any]] = [
         name="gateway_health",
         title="Gateway health",
         description="Version, uptime, enabled toolsets, tool counts (own, relayed, filtered out), audit-log "
-        "status, SSH transport counters and upstream state.",
+        "status, SSH transport counters, upstream state, task counts and state-store problems.",
         input_model=HealthIn,
         output_model=HealthOut,
         toolset=Toolset.INSPECT,
