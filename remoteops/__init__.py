@@ -50,7 +50,6 @@ from ._task_models import (
     TaskMode,
     TaskNotFound,
     TaskOutput,
-    TaskRecord,
     TaskRemoteError,
     TaskSettings,
     TaskState,
@@ -58,11 +57,10 @@ from ._task_models import (
     TaskWaitResult,
     WaitOutcome,
 )
-from ._tasks import TASKS, RemoteTasks
+from ._tasks import RemoteTasks
 
 __all__ = [
     "CAPABILITY_TOOLS",
-    "TASKS",
     "AuthError",
     "CancelStep",
     "Capabilities",
@@ -102,7 +100,6 @@ __all__ = [
     "TaskMode",
     "TaskNotFound",
     "TaskOutput",
-    "TaskRecord",
     "TaskRemoteError",
     "TaskSettings",
     "TaskState",

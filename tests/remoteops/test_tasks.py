@@ -12,13 +12,13 @@ import anyio
 import pytest
 
 from remoteops import (
-    TASKS,
     RemoteTasks,
     StateStore,
     TaskConflict,
     TaskNotFound,
     TransportSettings,
 )
+from remoteops._tasks import TASKS
 from tests.remoteops import task_helpers as th
 from tests.remoteops.conftest import OpsFactory
 from tests.remoteops.task_helpers import files_of, running_tasks, start_sh

@@ -11,7 +11,8 @@ from typing import Any
 import anyio
 import pytest
 
-from remoteops import TASKS, RemoteTasks, StateStore, TaskSettings, TransportSettings
+from remoteops import RemoteTasks, StateStore, TaskSettings, TransportSettings
+from remoteops._tasks import TASKS
 from tests.remoteops import task_helpers as th
 from tests.remoteops.conftest import OpsFactory
 from tests.remoteops.task_helpers import files_of, marked_processes, running_tasks, start_sh, tmux_sessions
