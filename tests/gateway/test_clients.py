@@ -225,6 +225,8 @@ HEALTH_FIELDS = {
     "audit",
     "transport",
     "upstreams",
+    "tasks",
+    "state",
 }
 
 
