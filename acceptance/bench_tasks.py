@@ -161,21 +161,24 @@ async def _measure(sshd: SshdInstance, work: Path, remote: Path, tasks: int, ses
 
             start_s: list[float] = []
             exec_s: list[float] = []
+            quick: list[str] = []
             for _ in range(tasks):
                 t0 = time.perf_counter()
-                await call("task_start", {"target": TARGET, "argv": ["true"]})
+                quick.append((await call("task_start", {"target": TARGET, "argv": ["true"]}))["id"])
                 start_s.append(time.perf_counter() - t0)
                 t0 = time.perf_counter()
                 await call("remote_exec", {"target": TARGET, "argv": ["true"]})
                 exec_s.append(time.perf_counter() - t0)
             report.rows += [_row(ROW_START, start_s), _row(ROW_EXEC, exec_s)]
 
+            for task_id in quick:  # let every earlier task end before counting
+                await call("task_wait", {"task_id": task_id, "timeout_s": 30})
             report.target_procs_before = _procs_of(uid)
             live = [
                 await call("task_start", {"target": TARGET, "argv": ["sleep", "1000"]}) for _ in range(tasks)
             ]
-            listed = await call("task_list", {"state": "running", "target": TARGET, "limit": tasks})
-            report.live_tasks = listed["total"]
+            states = [await call("task_status", {"task_id": info["id"]}) for info in live]
+            report.live_tasks = sum(1 for st in states if st["state"] == "running")
             report.target_procs_live = _procs_of(uid)
             report.gateway_rss_live_kb = _rss_kb(gw.proc.pid)
             cancel_s: list[float] = []

@@ -50,13 +50,16 @@ tee -a stderr < e.fifo >> combined 2>/dev/null &
 t2=$!
 setsid sh ./cmd > o.fifo 2> e.fifo < /dev/null
 rc=$?
-(sleep 2; kill $t1 $t2) >/dev/null 2>&1 &
+setsid sh -c 'sleep 2; kill "$1" "$2"' drain "$t1" "$t2" </dev/null >/dev/null 2>&1 &
 k=$!
 wait $t1
 wait $t2
-kill $k 2>/dev/null
-rm -f o.fifo e.fifo
+kill -TERM -"$k" 2>/dev/null
 printf '%s\n' "$rc" > "exit.$nonce"
+for w in .w.*; do
+  if [ -p "$w" ]; then printf 'x\n' 4<>"$w" >&4; fi
+done 2>/dev/null
+rm -f o.fifo e.fifo
 """
 
 _START = r"""set -u
@@ -160,6 +163,19 @@ if [ ! -d "$d" ]; then printf 'ROGWAIT gone\n'; exit 0; fi
     + r"""now() { read -r u _ < /proc/uptime; u=${u%.*}${u#*.}; }
 now
 end=$((u + bound)) grow_at=$((u + grow))
+# wake-up FIFO: the supervisor writes a line into every .w.* FIFO right after the exit file, so the loop
+# below sleeps in a blocking read (bounded by `timeout`) instead of a short poll; a line from anyone else
+# only causes an early re-check
+tm=
+wf=$d/.w.$$
+if command -v timeout >/dev/null 2>&1 && mkfifo -m 600 "$wf" 2>/dev/null; then
+  trap 'rm -f "$wf"' EXIT
+  exec 3<>"$wf"
+  tm=1
+fi
+pause() {
+  if [ -n "$tm" ]; then timeout 0.25 sh -c 'read -r x <&3' 2>/dev/null; else sleep 0.05; fi
+}
 sizes
 first=$zc
 if [ "$since" = - ]; then since=$zc; fi
@@ -177,7 +193,7 @@ while :; do
     if exit_found; then out exited; fi
     out lost
   fi
-  if [ -n "$re" ] || [ $((i % 5)) -eq 0 ]; then
+  if [ -n "$re" ] || [ -n "$tm" ] || [ $((i % 5)) -eq 0 ]; then
     zc=$(wc -c 2>/dev/null < "$d/combined") || zc=0
   fi
   if [ -n "$re" ] && [ "$zc" -gt "$checked" ]; then
@@ -189,7 +205,7 @@ while :; do
   if [ "$u" -ge "$end" ]; then out still_running; fi
   if [ "$zc" != "$first" ] && [ "$u" -ge "$grow_at" ]; then out still_running; fi
   i=$((i + 1))
-  sleep 0.05
+  pause
 done
 """
 )
@@ -216,12 +232,15 @@ tail -c +$((start + 1)) "$f" | head -c "$n" | base64
 """
 )
 
-CANCEL_SCRIPT = r"""d=$1 mark=$2 t_int=$3 t_term=$4 t_kill=$5
+CANCEL_SCRIPT = (
+    r"""d=$1 mark=$2 t_int=$3 t_term=$4 t_kill=$5 H=$6 spid=$7 sst=$8
 case $d in /*) ;; *) d=$HOME/$d ;; esac
+if [ ! -d "$d" ]; then printf 'ROGCANCEL gone\n'; exit 0; fi
 pg=
 [ -s "$d/pgid" ] && read -r pg < "$d/pgid"
-spid=- sst=
-[ -s "$d/sup" ] && read -r spid sst < "$d/sup"
+"""
+    + _CHECKS
+    + r"""
 read -r mode 2>/dev/null < "$d/mode" || mode=setsid
 supalive=0
 read -r s 2>/dev/null < "/proc/$spid/stat" && {
@@ -268,13 +287,6 @@ if [ -n "$list" ]; then
     if gone_within "$t"; then step=$sig; break; fi
   done
 fi
-sup_alive() {
-  [ "$spid" != - ] || return 1
-  read -r s 2>/dev/null < "/proc/$spid/stat" || return 1
-  s=${s##*) }
-  set -- $s
-  [ "$1" != Z ] && [ "${20}" = "$sst" ]
-}
 removed=no
 if [ "$step" != not_confirmed ]; then
   now
@@ -293,8 +305,11 @@ if [ "$step" != not_confirmed ]; then
   fi
   if sup_alive; then removed=no; else removed=yes; fi
 fi
-printf 'ROGCANCEL %s %s\n' "$step" "$removed"
+state
+sizes
+printf 'ROGCANCEL %s %s %s %s %s\n' "$step" "$removed" "$st" "${rc:--}" "$zc"
 """
+)
 
 PURGE_SCRIPT = r"""root=$1
 shift

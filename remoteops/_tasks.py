@@ -479,12 +479,30 @@ class RemoteTasks:
             )
         grace = str(int(self._settings.cancel_grace_s * 100))
         limit = self._settings.cancel_grace_s * 3 + 20
+        args = [
+            self._dir(record),
+            record.marker,
+            grace,
+            grace,
+            grace,
+            record.exit_hash,
+            str(record.sup_pid) if record.sup_pid is not None else "-",
+            record.sup_start or "-",
+        ]
         with anyio.fail_after(limit + 15):
-            out = await self._run(
-                record, CANCEL_SCRIPT, [self._dir(record), record.marker, grace, grace, grace], limit
-            )
+            out = await self._run(record, CANCEL_SCRIPT, args, limit)
         fields = next((ln.split()[1:] for ln in out.splitlines() if ln.startswith("ROGCANCEL ")), None)
-        if fields is None or len(fields) != 2:
+        if fields == ["gone"]:
+            record = await self._apply(record, ["gone"])
+            return TaskCancelResult(
+                id=task_id,
+                step="already_exited",
+                state=record.state,
+                exit_code=record.exit_code,
+                signal=record.signal,
+                session_removed=True,
+            )
+        if fields is None or len(fields) != 5:
             raise TaskRemoteError(
                 "unexpected answer from the cancel program",
                 target=record.target,
@@ -499,15 +517,15 @@ class RemoteTasks:
                 if current.state == "exited" and step in ("INT", "TERM", "KILL"):
                     update["state"] = "cancelled"
                 await self._save(current.model_copy(update=update))
-        record = await self._check(self._records[task_id])
+        state, code, size = fields[2], fields[3], fields[4]
+        if state == "lost" and step in ("INT", "TERM", "KILL"):
+            state = "running"  # no exit file, but we ended it and saw every process go: cancelled below
+        record = await self._apply(self._records[task_id], [state, code, size, "0", "0", "-", "-", "-"])
         if step in ("INT", "TERM", "KILL") and record.state not in FINISHED:
             # the processes are confirmed gone but no exit file appeared (supervisor killed): cancelled anyway
             async with self._lock(task_id):
-                record = await self._save(
-                    self._records[task_id].model_copy(
-                        update={"state": "cancelled", "finished_at": self._clock()}
-                    )
-                )
+                update = {"state": "cancelled", "finished_at": self._clock()}
+                record = await self._save(self._records[task_id].model_copy(update=update))
         return TaskCancelResult(
             id=task_id,
             step=step,
