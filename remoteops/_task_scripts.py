@@ -50,11 +50,23 @@ tee -a stderr < e.fifo >> combined 2>/dev/null &
 t2=$!
 setsid sh ./cmd > o.fifo 2> e.fifo < /dev/null
 rc=$?
-setsid sh -c 'sleep 2; kill "$1" "$2"' drain "$t1" "$t2" </dev/null >/dev/null 2>&1 &
-k=$!
-wait $t1
-wait $t2
-kill -TERM -"$k" 2>/dev/null
+# let the tees copy the last bytes (they end at EOF, within ms); a descendant that keeps the output open
+# must not hold up completion: after 2 s they are left running (they end when it does). Only our own
+# unreaped children are looked at, so no recycled pid can be mistaken for them.
+n=0
+while :; do
+  busy=0
+  for t in $t1 $t2; do
+    read -r s 2>/dev/null < "/proc/$t/stat" || continue
+    s=${s##*) }
+    set -- $s
+    [ "$1" = Z ] || busy=1
+  done
+  if [ "$busy" = 0 ]; then wait $t1; wait $t2; break; fi
+  n=$((n + 1))
+  [ "$n" -ge 200 ] && break
+  sleep 0.01
+done
 printf '%s\n' "$rc" > "exit.$nonce"
 for w in .w.*; do
   if [ -p "$w" ]; then printf 'x\n' 4<>"$w" >&4; fi

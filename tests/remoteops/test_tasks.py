@@ -223,3 +223,18 @@ def _kill_group_leader(root: Path, task_id: str) -> None:
     pgid = int((root / task_id / "pgid").read_text())
     os.kill(sup_pid, signal.SIGKILL)
     os.killpg(pgid, signal.SIGKILL)
+
+
+async def test_a_descendant_holding_the_output_open_does_not_hold_up_completion(
+    tasks: RemoteTasks, root: Path
+) -> None:
+    with anyio.fail_after(60):
+        info = await start_sh(tasks, "sleep 1000 & echo parent done; exit 2")
+        done = await tasks.wait(info.id, timeout_s=30)
+        out = await tasks.output(info.id)
+        assert len(th.marked_processes(root)) == 1  # the escaped sleep is still there...
+        cancelled = await tasks.cancel(info.id)
+    assert (done.outcome, done.exit_code) == ("exited", 2)
+    assert out.data == "parent done\n"
+    assert cancelled.step in ("INT", "TERM")
+    assert th.marked_processes(root) == []  # ...until cancel finds it by its marker
