@@ -38,11 +38,11 @@ __all__ = [
 MARK_VAR = "ROG_TASK_MARK"
 
 _SUPERVISOR = r"""read -r nonce < nonce.fifo
-rm -f nonce.fifo
 read -r s < /proc/$$/stat
 s=${s##*) }
 set -- $s
-printf '%s %s\n' "$$" "${20}" > .sup.tmp && mv -f .sup.tmp sup
+printf '%s %s\n' "$$" "${20}" > sup
+printf 'ok\n' > ack.fifo
 mkfifo -m 600 o.fifo e.fifo
 tee -a stdout < o.fifo >> combined 2>/dev/null &
 t1=$!
@@ -93,34 +93,38 @@ cd -- "$d" || fail root "cannot enter $d"
 printf '%s\n' "$cmd_text" > cmd
 printf '%s\n' "$sup_text" > supervise.sh
 printf '%s\n' "$mode" > mode
-mkfifo -m 600 nonce.fifo || fail root "mkfifo failed in $d"
-exec 3<>nonce.fifo
+mkfifo -m 600 nonce.fifo ack.fifo || fail root "mkfifo failed in $d"
+# both FIFOs held open read-write: writing never blocks, and nothing written is lost before it is read
+exec 3<>nonce.fifo 4<>ack.fifo
 printf '%s\n' "$nonce" >&3
 nonce=
-if [ "$mode" = tmux ]; then
-  tmux -f /dev/null -S "$root/tmux.sock" new-session -d -s "$id" -x 200 -y 50 -c "$d" \
-    'exec sh ./supervise.sh' </dev/null >/dev/null 2>tmux.err \
-    || { exec 3>&-; rm -f nonce.fifo; fail session "tmux: $(head -c 300 tmux.err)"; }
-else
-  setsid -f sh ./supervise.sh </dev/null >/dev/null 2>&1 || { exec 3>&-; fail session "setsid failed"; }
-fi
-i=0
-while [ ! -s sup ]; do
-  i=$((i + 1))
-  if [ "$i" -gt 400 ]; then exec 3>&-; fail session "the supervisor did not start"; fi
-  sleep 0.025
-done
-exec 3>&-
-rm -f nonce.fifo
-read -r sup < sup
 sess=-
 if [ "$mode" = tmux ]; then
-  sess=$(tmux -S "$root/tmux.sock" display-message -p -t "=$id:" '#{session_id} #{session_created}' \
-    2>/dev/null </dev/null) || sess=-
+  sess=$(tmux -f /dev/null -S "$root/tmux.sock" new-session -d -P -F '#{session_id} #{session_created}' \
+    -s "$id" -x 200 -y 50 -c "$d" 'exec sh ./supervise.sh' </dev/null 2>tmux.err) \
+    || { exec 3>&- 4>&-; rm -f nonce.fifo ack.fifo; fail session "tmux: $(head -c 300 tmux.err)"; }
+else
+  setsid -f sh ./supervise.sh </dev/null >/dev/null 2>&1 \
+    || { exec 3>&- 4>&-; rm -f nonce.fifo ack.fifo; fail session "setsid failed"; }
 fi
-printf '%s\n' "$sess" > session
+# the supervisor says "ok" once it has the nonce and wrote its identity (bounded)
+if command -v timeout >/dev/null 2>&1; then
+  timeout 10 sh -c 'read -r a <&4' </dev/null \
+    || { exec 3>&- 4>&-; rm -f cmd nonce.fifo ack.fifo; fail session "the supervisor did not start"; }
+else
+  i=0
+  while [ ! -s sup ]; do
+    i=$((i + 1))
+    if [ "$i" -gt 400 ]; then exec 3>&- 4>&-; rm -f cmd; fail session "the supervisor did not start"; fi
+    sleep 0.025
+  done
+fi
+exec 3>&- 4>&-
+rm -f nonce.fifo ack.fifo
+read -r sup < sup
+printf '%s\n' "${sess:--}" > session
 printf 'ROGOK %s %s\n' "$mode" "$sup"
-printf 'ROGSESS %s\n' "$sess"
+printf 'ROGSESS %s\n' "${sess:--}"
 printf 'ROGDIR %s\n' "$d"
 """
 
