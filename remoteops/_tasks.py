@@ -20,8 +20,6 @@ Built only on the public :meth:`RemoteOps.run` (every task program travels on st
 from __future__ import annotations
 
 import base64
-import binascii
-import codecs
 import hashlib
 import re
 import secrets
@@ -43,31 +41,23 @@ from ._task_models import (
     FINISHED,
     CancelStep,
     TaskCancelResult,
-    TaskCapabilityMissing,
     TaskConflict,
+    TaskError,
     TaskHealth,
     TaskInfo,
     TaskNotFound,
     TaskOutput,
     TaskRecord,
-    TaskRemoteError,
     TaskSettings,
     TaskState,
     TaskStream,
     TaskWaitResult,
     WaitOutcome,
 )
-from ._task_scripts import (
-    CANCEL_SCRIPT,
-    PURGE_SCRIPT,
-    READ_SCRIPT,
-    WAIT_SCRIPT,
-    command_file,
-    new_nonce,
-    start_script,
-)
+from ._task_scripts import command_file, new_nonce, start_script
+from ._task_wire import Seen, TaskWire, decode_text_prefix
 
-__all__ = ["TASKS", "RemoteTasks", "decode_text_prefix"]
+__all__ = ["TASKS", "RemoteTasks"]
 
 TASKS: Collection[TaskRecord] = Collection("tasks", TaskRecord, version=1)
 TASK_ID = re.compile(r"^t-[0-9a-f]{16}$")
@@ -75,21 +65,9 @@ ProgressFn = Callable[[int], Awaitable[None]]
 
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _SIGNALS = {int(s): s.name for s in _signal.Signals}
-_START_LIMIT_S = 30.0
-_CHECK_LIMIT_S = 30.0
 _RECOVER_PARALLEL = 4
+_SIGNALLED = ("INT", "TERM", "KILL")
 _log = structlog.get_logger("remoteops.tasks")
-
-
-def decode_text_prefix(data: bytes, *, final: bool) -> tuple[str, int]:
-    """Decode UTF-8, holding back an incomplete trailing character unless ``final``: (text, bytes used).
-    Invalid bytes become U+FFFD and still count, so cursors never skip or repeat a byte."""
-    decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
-    text = decoder.decode(data, final=final)
-    pending = len(decoder.getstate()[0])
-    if pending and pending == len(data):  # nothing complete yet: give the bytes as replacement characters
-        return decoder.decode(b"", final=True), len(data)
-    return text, len(data) - pending
 
 
 def _signal_of(code: int | None) -> str | None:
@@ -115,6 +93,7 @@ class RemoteTasks:
         # base64 grows 4/3; keep the whole answer inside the carrier's output cap
         self._read_cap = max(1024, (transport.output_cap_bytes - 1024) * 3 // 4)
         self._wait_slots_n = max(1, transport.max_channels_per_target // 2)
+        self._wire = TaskWire(ops, settings.remote_dir)
         self._records: dict[str, TaskRecord] = {}
         self._locks: dict[str, anyio.Lock] = {}
         self._wait_slots: dict[str, anyio.Semaphore] = {}
@@ -155,22 +134,6 @@ class RemoteTasks:
             await self._store.put(TASKS, record.id, record)
         self._records[record.id] = record
         return record
-
-    def _dir(self, record: TaskRecord) -> str:
-        return record.remote_dir or f"{self._settings.remote_dir.rstrip('/')}/{record.id}"
-
-    async def _run(self, record: TaskRecord, script: str, args: Sequence[str], limit_s: float) -> str:
-        result = await self._ops.run(
-            record.target, ["sh", "-s", "--", *args], stdin=script.encode(), timeout_s=limit_s
-        )
-        if result.exit_code != 0:
-            raise TaskRemoteError(
-                f"task program exited {result.exit_code}: {result.stderr.strip()[-400:]}",
-                target=record.target,
-                task_id=record.id,
-                stage="remote",
-            )
-        return result.stdout
 
     # -- start ---------------------------------------------------------------------------------------------
     async def start(
@@ -218,33 +181,20 @@ class RemoteTasks:
         )
         del nonce
         try:
-            result = await self._ops.run(
-                target, ["sh", "-s"], stdin=script.encode(), timeout_s=_START_LIMIT_S
-            )
-        except (ConnectError, HostKeyError, AuthError, UnknownTarget, PolicyDenied) as exc:
+            started = await self._wire.start(record, script)
+        except (ConnectError, HostKeyError, AuthError, UnknownTarget, PolicyDenied, TaskError) as exc:
             await self._save(record.model_copy(update=self._failed(f"{type(exc).__name__}: {exc.detail}")))
-            raise  # nothing ran
-        # TransportLost / CommandTimeout: it may have started; the record stays "starting" and is reconciled
-        lines = dict(line.split(" ", 1) for line in result.stdout.splitlines() if " " in line)
-        ok = lines.get("ROGOK", "").split()
-        if result.exit_code != 0 or len(ok) != 3:
-            reason, _, detail = lines.get("ROGERR", "error ").partition(" ")
-            message = detail or result.stderr.strip()[-400:] or f"start exited {result.exit_code}"
-            await self._save(record.model_copy(update=self._failed(f"{reason}: {message}")))
-            if reason == "missing":
-                raise TaskCapabilityMissing(
-                    f"the target lacks {detail}", target=target, task_id=record.id, tool=detail
-                )
-            raise TaskRemoteError(message, target=target, task_id=record.id, stage="start")
-        session = lines.get("ROGSESS", "-").strip()
+            raise  # nothing ran (or the starter refused before starting anything)
+        # TransportLost / CommandTimeout propagate: it may have started; the record stays "starting" and
+        # is reconciled from the task directory on the next look
         record = record.model_copy(
             update={
                 "state": "running",
-                "mode": ok[0],
-                "sup_pid": int(ok[1]),
-                "sup_start": ok[2],
-                "session": None if session in ("", "-") else session,
-                "remote_dir": lines.get("ROGDIR") or None,
+                "mode": started.mode,
+                "sup_pid": started.sup_pid,
+                "sup_start": started.sup_start,
+                "session": started.session,
+                "remote_dir": started.remote_dir,
                 "started_at": self._clock(),
             }
         )
@@ -255,79 +205,43 @@ class RemoteTasks:
     def _failed(self, error: str) -> dict[str, Any]:
         return {"state": "failed", "error": error[:600], "finished_at": self._clock()}
 
-    # -- the remote check / wait ---------------------------------------------------------------------------
-    def _wait_args(
-        self, record: TaskRecord, bound_s: float, grow_s: float, since: str, pattern: str
-    ) -> list[str]:
-        return [
-            self._dir(record),
-            record.exit_hash,
-            str(record.sup_pid) if record.sup_pid is not None else "-",
-            record.sup_start or "-",
-            str(max(0, int(bound_s * 100))),
-            str(max(0, int(grow_s * 100))),
-            since,
-            pattern,
-        ]
-
-    async def _apply(self, record: TaskRecord, fields: list[str]) -> TaskRecord:
-        """Fold one ``ROGWAIT`` answer into the record (under the task's lock) and return the new record."""
+    # -- folding what the target says into the record ------------------------------------------------------
+    async def _apply(self, record: TaskRecord, seen: Seen) -> TaskRecord:
+        """Fold one look at the target into the record (under the task's lock); return the new record."""
         async with self._lock(record.id):
             current = self._records.get(record.id, record)
             update: dict[str, Any] = {}
-            outcome = fields[0]
-            if outcome == "gone":
+            if seen.outcome == "gone":
                 if current.state not in FINISHED:
-                    update = {"state": "lost", "error": "the task directory is missing on the target"}
-                    update["finished_at"] = self._clock()
+                    update = {
+                        "state": "lost",
+                        "finished_at": self._clock(),
+                        "error": "the task directory is missing on the target",
+                    }
             else:
-                update["output_bytes"] = int(fields[2])
-                if current.sup_pid is None and fields[6] != "-":
-                    update.update(sup_pid=int(fields[6]), sup_start=fields[7])
-                if outcome == "exited" and current.state not in FINISHED:
-                    code = int(fields[1])
-                    cancelled = current.cancel_step in ("INT", "TERM", "KILL")
+                update["output_bytes"] = seen.combined
+                if current.sup_pid is None and seen.sup_pid is not None:
+                    update.update(sup_pid=seen.sup_pid, sup_start=seen.sup_start)
+                if seen.outcome == "exited" and current.state not in FINISHED and seen.exit_code is not None:
                     update.update(
-                        state="cancelled" if cancelled else "exited",
-                        exit_code=code,
-                        signal=_signal_of(code),
+                        state="cancelled" if current.cancel_step in _SIGNALLED else "exited",
+                        exit_code=seen.exit_code,
+                        signal=_signal_of(seen.exit_code),
                         finished_at=self._clock(),
                     )
-                elif outcome == "lost" and current.state not in FINISHED:
+                elif seen.outcome == "lost" and current.state not in FINISHED:
                     update.update(
                         state="lost", finished_at=self._clock(), error="supervisor gone, no exit file"
                     )
-                elif outcome in ("still_running", "matched") and current.state == "starting":
+                elif seen.outcome in ("still_running", "matched", "running") and current.state == "starting":
                     update.update(state="running", started_at=current.started_at or self._clock())
             new = current.model_copy(update=update)
             return await self._save(new) if new != current else current
 
     async def _check(self, record: TaskRecord) -> TaskRecord:
-        """One non-blocking look at the task on the target (bound 0)."""
-        with anyio.fail_after(_CHECK_LIMIT_S + 15):
-            out = await self._run(record, WAIT_SCRIPT, self._wait_args(record, 0, 0, "-", ""), _CHECK_LIMIT_S)
-        return await self._apply(record, self._parse_wait(record, out)[0])
-
-    def _parse_wait(self, record: TaskRecord, out: str) -> tuple[list[str], str | None]:
-        fields: list[str] | None = None
-        matched: str | None = None
-        for line in out.splitlines():
-            if line.startswith("ROGWAIT "):
-                fields = line.split()[1:]
-            elif line.startswith("ROGMATCH "):
-                try:
-                    raw = base64.b64decode(line.split(" ", 1)[1], validate=True)
-                except (binascii.Error, ValueError):
-                    raw = b""
-                matched = raw.decode(errors="replace")
-        if fields is None or (fields[0] != "gone" and len(fields) != 8):
-            raise TaskRemoteError(
-                "unexpected answer from the wait program",
-                target=record.target,
-                task_id=record.id,
-                stage="wait",
-            )
-        return fields, matched
+        """One non-blocking look at the task on the target."""
+        seen = await self._wire.look(record, bound_s=0, grow_s=0, since=None, pattern=None)
+        return await self._apply(record, seen)
 
     async def status(self, task_id: str) -> TaskInfo:
         record = self._get(task_id)
@@ -371,7 +285,6 @@ class RemoteTasks:
             raise TaskConflict(
                 "the task never started", target=record.target, task_id=task_id, state="failed"
             )
-        since_arg = "-" if since is None else str(since)
         slots = self._wait_slots.setdefault(record.target, anyio.Semaphore(self._wait_slots_n))
         while True:
             if record.state in ("exited", "cancelled"):
@@ -379,16 +292,15 @@ class RemoteTasks:
             if record.state == "lost":
                 return result(record, "lost")
             segment = min(s.wait_segment_s, max(0.0, bound - (time.monotonic() - started)))
-            args = self._wait_args(record, segment, s.progress_interval_s, since_arg, pattern or "")
             async with slots:
-                with anyio.fail_after(segment + _CHECK_LIMIT_S + 15):
-                    out = await self._run(record, WAIT_SCRIPT, args, segment + _CHECK_LIMIT_S)
-            fields, matched = self._parse_wait(record, out)
-            record = await self._apply(record, fields)
-            if fields[0] == "matched":
-                return result(record, "matched", matched)
-            if fields[0] == "still_running":
-                since_arg = fields[5]
+                seen = await self._wire.look(
+                    record, bound_s=segment, grow_s=s.progress_interval_s, since=since, pattern=pattern
+                )
+            record = await self._apply(record, seen)
+            if seen.outcome == "matched":
+                return result(record, "matched", seen.matched)
+            if seen.outcome == "still_running":
+                since = seen.since  # "new output" stays relative to where the first segment began
                 if progress is not None:
                     await progress(record.output_bytes)
                 if time.monotonic() - started >= bound:
@@ -411,42 +323,15 @@ class RemoteTasks:
         limit = min(max_bytes or self._settings.output_max_bytes, self._read_cap)
         if limit < (4 if encoding == "text" else 1) or (since is not None and since < 0):
             raise ValueError("max_bytes must be >= 4 for text (>= 1 for base64) and since >= 0")
-        args = [
-            self._dir(record),
-            record.exit_hash,
-            str(record.sup_pid) if record.sup_pid is not None else "-",
-            record.sup_start or "-",
-            stream,
-            str(since or 0),
-            str(limit),
-            "1" if tail else "0",
-        ]
-        with anyio.fail_after(_CHECK_LIMIT_S + 15):
-            out = await self._run(record, READ_SCRIPT, args, _CHECK_LIMIT_S)
-        head, _, body = out.partition("\n")
-        fields = head.split()
-        if fields[:2] == ["ROGREAD", "gone"]:
-            raise TaskConflict(
-                "the task directory is gone on the target",
-                target=record.target,
-                task_id=task_id,
-                state=record.state,
+        chunk = await self._wire.read(record, stream=stream, since=since or 0, limit=limit, tail=tail)
+        start, size, data = chunk.start, chunk.size, chunk.data
+        if chunk.seen.outcome in ("exited", "lost") and record.state not in FINISHED:
+            record = await self._apply(
+                record,
+                chunk.seen
+                if stream == "combined"
+                else Seen(chunk.seen.outcome, exit_code=chunk.seen.exit_code, combined=record.output_bytes),
             )
-        if fields[:2] == ["ROGREAD", "cursor"]:
-            raise TaskConflict(
-                f"since is beyond the end of {stream} ({fields[2]} bytes)",
-                target=record.target,
-                task_id=task_id,
-                state=record.state,
-            )
-        if fields[:2] != ["ROGREAD", "ok"] or len(fields) != 6:
-            raise TaskRemoteError(
-                "unexpected answer from the read program", target=record.target, task_id=task_id, stage="read"
-            )
-        state, code, size, start = fields[2], fields[3], int(fields[4]), int(fields[5])
-        data = base64.b64decode("".join(body.split()))
-        if state in ("exited", "lost") and record.state not in FINISHED:
-            record = await self._apply(record, [state, code, str(size), "0", "0", "-", "-", "-"])
         finished = record.state in FINISHED
         if encoding == "text":
             text, used = decode_text_prefix(data, final=finished and start + len(data) >= size)
@@ -477,23 +362,9 @@ class RemoteTasks:
             raise TaskConflict(
                 "the task never started", target=record.target, task_id=task_id, state="failed"
             )
-        grace = str(int(self._settings.cancel_grace_s * 100))
-        limit = self._settings.cancel_grace_s * 3 + 20
-        args = [
-            self._dir(record),
-            record.marker,
-            grace,
-            grace,
-            grace,
-            record.exit_hash,
-            str(record.sup_pid) if record.sup_pid is not None else "-",
-            record.sup_start or "-",
-        ]
-        with anyio.fail_after(limit + 15):
-            out = await self._run(record, CANCEL_SCRIPT, args, limit)
-        fields = next((ln.split()[1:] for ln in out.splitlines() if ln.startswith("ROGCANCEL ")), None)
-        if fields == ["gone"]:
-            record = await self._apply(record, ["gone"])
+        done = await self._wire.cancel(record, grace_s=self._settings.cancel_grace_s)
+        if done.seen.outcome == "gone":
+            record = await self._apply(record, done.seen)
             return TaskCancelResult(
                 id=task_id,
                 step="already_exited",
@@ -502,27 +373,20 @@ class RemoteTasks:
                 signal=record.signal,
                 session_removed=True,
             )
-        if fields is None or len(fields) != 5:
-            raise TaskRemoteError(
-                "unexpected answer from the cancel program",
-                target=record.target,
-                task_id=task_id,
-                stage="cancel",
-            )
-        step: CancelStep = "already_exited" if fields[0] == "none" else fields[0]  # type: ignore[assignment]
+        step: CancelStep = "already_exited" if done.step == "none" else done.step  # type: ignore[assignment]
         async with self._lock(task_id):
             current = self._records[task_id]
             if step != "already_exited" or current.cancel_step is None:
                 update: dict[str, Any] = {"cancel_step": step}
-                if current.state == "exited" and step in ("INT", "TERM", "KILL"):
+                if current.state == "exited" and step in _SIGNALLED:
                     update["state"] = "cancelled"
                 await self._save(current.model_copy(update=update))
-        state, code, size = fields[2], fields[3], fields[4]
-        if state == "lost" and step in ("INT", "TERM", "KILL"):
-            state = "running"  # no exit file, but we ended it and saw every process go: cancelled below
-        record = await self._apply(self._records[task_id], [state, code, size, "0", "0", "-", "-", "-"])
-        if step in ("INT", "TERM", "KILL") and record.state not in FINISHED:
-            # the processes are confirmed gone but no exit file appeared (supervisor killed): cancelled anyway
+        seen = done.seen
+        if seen.outcome == "lost" and step in _SIGNALLED:
+            seen = Seen("running", combined=seen.combined)  # no exit file, but we ended it: cancelled below
+        record = await self._apply(self._records[task_id], seen)
+        if step in _SIGNALLED and record.state not in FINISHED:
+            # every process confirmed gone but no exit file (the supervisor was killed): cancelled anyway
             async with self._lock(task_id):
                 update = {"state": "cancelled", "finished_at": self._clock()}
                 record = await self._save(self._records[task_id].model_copy(update=update))
@@ -532,7 +396,7 @@ class RemoteTasks:
             state=record.state,
             exit_code=record.exit_code,
             signal=record.signal,
-            session_removed=fields[1] == "yes" or step == "already_exited",
+            session_removed=done.removed or step == "already_exited",
         )
 
     # -- list, health, recovery, retention -----------------------------------------------------------------
@@ -595,16 +459,10 @@ class RemoteTasks:
         for target, records in by_target.items():
             try:
                 self._ops.target(target)
-                out = await self._run(
-                    records[0],
-                    PURGE_SCRIPT,
-                    [self._settings.remote_dir, *[r.id for r in records]],
-                    _CHECK_LIMIT_S,
-                )
+                done = await self._wire.purge(target, [r.id for r in records])
             except (RemoteOpsError, TimeoutError) as exc:
                 _log.warning("task_purge_failed", target=target, error=type(exc).__name__)
                 continue
-            done = {ln.split()[1] for ln in out.splitlines() if ln.startswith("ROGPURGED ")}
             for record in records:
                 if record.id in done:
                     await self._store.delete(TASKS, record.id)
