@@ -55,6 +55,7 @@ from ._task_models import (
     WaitOutcome,
 )
 from ._task_scripts import command_file, new_nonce, start_script
+from ._task_upkeep import checked_command, expired, recover, retention_loop
 from ._task_wire import Seen, TaskWire, decode_text_prefix
 
 __all__ = ["TASKS", "RemoteTasks"]
@@ -63,9 +64,7 @@ TASKS: Collection[TaskRecord] = Collection("tasks", TaskRecord, version=1)
 TASK_ID = re.compile(r"^t-[0-9a-f]{16}$")
 ProgressFn = Callable[[int], Awaitable[None]]
 
-_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _SIGNALS = {int(s): s.name for s in _signal.Signals}
-_RECOVER_PARALLEL = 4
 _SIGNALLED = ("INT", "TERM", "KILL")
 _log = structlog.get_logger("remoteops.tasks")
 
@@ -147,17 +146,7 @@ class RemoteTasks:
     ) -> TaskInfo:
         """Start ``argv`` (or ``sh -c shell``) detached on ``target``; returns once running and recorded."""
         self._ops.target(target)  # PolicyDenied before anything is written
-        if (argv is None) == (shell is None):
-            raise ValueError("give exactly one of argv or shell")
-        words = ("sh", "-c", shell) if shell is not None else tuple(argv or ())
-        if not words or not words[0]:
-            raise ValueError("argv must be non-empty")
-        env = dict(env or {})
-        for name, value in env.items():
-            if not _ENV_NAME.fullmatch(name) or "\0" in value:
-                raise ValueError(f"invalid environment variable {name!r}")
-        if any("\0" in w for w in words) or (cwd is not None and "\0" in cwd):
-            raise ValueError("argv and cwd must not contain NUL")
+        words, env = checked_command(argv, shell, cwd, env)
         nonce = new_nonce()
         record = TaskRecord(
             id=f"t-{secrets.token_hex(8)}",
@@ -429,34 +418,14 @@ class RemoteTasks:
     async def _recover(self) -> None:
         """Re-attach to what was running before a restart: inspect only, never start anything."""
         pending = [r for r in self._records.values() if r.state in ("starting", "running")]
-        self._reconciling = {r.id for r in pending}
-        limiter = anyio.Semaphore(_RECOVER_PARALLEL)
-
-        async def one(record: TaskRecord) -> None:
-            async with limiter:
-                try:
-                    await self._check(record)
-                except (RemoteOpsError, TimeoutError) as exc:
-                    _log.warning("task_recover_failed", task=record.id, error=type(exc).__name__)
-                finally:
-                    self._reconciling.discard(record.id)
-
-        async with anyio.create_task_group() as tg:
-            for record in pending:
-                tg.start_soon(one, record)
+        await recover(pending, self._check, self._reconciling)
 
     async def purge_expired(self) -> list[str]:
         """Remove remote directories and records of tasks finished longer than ``retention_s`` ago."""
-        now = self._clock()
-        by_target: dict[str, list[TaskRecord]] = {}
-        for record in self._records.values():
-            if (
-                record.state in FINISHED
-                and (record.finished_at or record.created_at) + self._settings.retention_s <= now
-            ):
-                by_target.setdefault(record.target, []).append(record)
         purged: list[str] = []
-        for target, records in by_target.items():
+        for target, records in expired(
+            self._records.values(), self._settings.retention_s, self._clock()
+        ).items():
             try:
                 self._ops.target(target)
                 done = await self._wire.purge(target, [r.id for r in records])
@@ -472,11 +441,4 @@ class RemoteTasks:
         return purged
 
     async def _retention_loop(self) -> None:
-        while True:
-            try:
-                purged = await self.purge_expired()
-                if purged:
-                    _log.info("tasks_purged", count=len(purged))
-            except Exception as exc:  # a bad pass must not end retention for the life of the process
-                _log.warning("task_purge_error", error=type(exc).__name__)
-            await anyio.sleep(self._settings.retention_check_s)
+        await retention_loop(self.purge_expired, self._settings.retention_check_s)
