@@ -33,7 +33,15 @@ import anyio
 import anyio.abc
 import structlog
 
-from ._errors import AuthError, ConnectError, HostKeyError, PolicyDenied, RemoteOpsError, UnknownTarget
+from ._errors import (
+    AuthError,
+    ConnectError,
+    HostKeyError,
+    PolicyDenied,
+    RemoteOpsError,
+    RemoteShellError,
+    UnknownTarget,
+)
 from ._ops import RemoteOps
 from ._settings import TransportSettings
 from ._state import Collection, StateStore
@@ -66,6 +74,16 @@ ProgressFn = Callable[[int], Awaitable[None]]
 
 _SIGNALS = {int(s): s.name for s in _signal.Signals}
 _SIGNALLED = ("INT", "TERM", "KILL")
+# failures of the start call after which nothing can be running on the target
+_NOTHING_RAN = (
+    ConnectError,
+    HostKeyError,
+    AuthError,
+    UnknownTarget,
+    PolicyDenied,
+    RemoteShellError,
+    TaskError,
+)
 _log = structlog.get_logger("remoteops.tasks")
 
 
@@ -171,7 +189,7 @@ class RemoteTasks:
         del nonce
         try:
             started = await self._wire.start(record, script)
-        except (ConnectError, HostKeyError, AuthError, UnknownTarget, PolicyDenied, TaskError) as exc:
+        except _NOTHING_RAN as exc:
             await self._save(record.model_copy(update=self._failed(f"{type(exc).__name__}: {exc.detail}")))
             raise  # nothing ran (or the starter refused before starting anything)
         # TransportLost / CommandTimeout propagate: it may have started; the record stays "starting" and
