@@ -99,13 +99,17 @@ def _rss_kb(pid: int) -> int | None:
 
 
 def _procs_of(uid: int) -> int:
+    """Live processes of ``uid`` (zombies left to a PID 1 that does not reap, as in containers, excluded)."""
     count = 0
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit():
             try:
-                if entry.stat().st_uid == uid:
+                if (
+                    entry.stat().st_uid == uid
+                    and (entry / "stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+                ):
                     count += 1
-            except OSError:
+            except (OSError, IndexError):
                 continue
     return count
 
