@@ -76,7 +76,7 @@ class TaskRecord(BaseModel):
 
     model_config = _FROZEN
 
-    id: str
+    id: str = Field(pattern=r"^t-[0-9a-f]{16}$")  # also names a directory that retention removes
     target: str
     argv: tuple[str, ...] | None = None
     shell: str | None = None

@@ -3,6 +3,7 @@ tasks object, retention, listing and health — against the real sshd (the targe
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 from pathlib import Path
@@ -197,3 +198,26 @@ async def test_a_truncated_task_record_at_startup_is_kept_aside_and_reported(
     assert (problem.kind, problem.record_id, problem.reason) == ("tasks", info.id, "not_json")
     assert problem.moved_to is not None
     assert await anyio.Path(problem.moved_to).read_bytes() == data[:40]
+
+
+async def test_a_record_whose_id_could_escape_the_task_root_is_refused_at_load(
+    ops_factory: OpsFactory, settings: TransportSettings, tmp_path: Path, root: Path
+) -> None:
+    state = tmp_path / "state"
+    bad = {
+        "kind": "tasks",
+        "version": 1,
+        "record": {"id": "t-../../home", "target": "plain", "state": "exited", "exit_hash": "0" * 64,
+                   "marker": "m", "created_at": 0.0, "finished_at": 0.0},
+    }  # fmt: skip
+    tasks_dir = anyio.Path(state / "tasks")
+    await tasks_dir.mkdir(parents=True, mode=0o700)
+    await (tasks_dir / "t-00000000000000bb.json").write_text(json.dumps(bad))
+    store = StateStore(state)
+    async with (
+        ops_factory() as ops,
+        RemoteTasks(ops, store, TaskSettings(remote_dir=str(root)), settings) as t,
+    ):
+        assert await t.purge_expired() == []
+        assert t.list_tasks()[1] == 0
+    assert [(p.record_id, p.reason) for p in store.problems] == [("t-00000000000000bb", "invalid")]
