@@ -10,7 +10,8 @@ Built only on the public :meth:`RemoteOps.run` (every task program travels on st
 
 * The record is written (``starting``) before anything runs and updated (``running``) before ``start``
   returns; a start that may have run but did not answer stays ``starting`` and is reconciled from the target.
-* Waits block **on the target** (a bounded sh loop, ``RemoteOps.run`` per segment), never in a gateway sleep
+* Waits block **on the target** (a bounded sh loop asleep in a read of a wake-up FIFO the supervisor writes
+  after the exit file, re-checking every 0.25 s; ``RemoteOps.run`` per segment), never in a gateway sleep
   loop; between segments the caller's progress callback gets the output size.
 * Recovery (at startup, and whenever a task is looked at) only ever *inspects* the recorded remote session:
   supervisor alive with its recorded pid and start time → running; exit file present → exited; neither →

@@ -225,6 +225,7 @@ def _kill_group_leader(root: Path, task_id: str) -> None:
     os.killpg(pgid, signal.SIGKILL)
 
 
+@pytest.mark.slow
 async def test_a_descendant_holding_the_output_open_does_not_hold_up_completion(
     tasks: RemoteTasks, root: Path
 ) -> None:

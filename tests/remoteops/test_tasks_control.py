@@ -39,6 +39,7 @@ async def test_cancel_of_a_plain_command_ends_at_sigint(tasks: RemoteTasks, root
     assert info.id not in tmux_sessions(root)
 
 
+@pytest.mark.slow
 async def test_cancel_of_a_process_that_traps_sigint_escalates_to_sigterm(
     tasks: RemoteTasks, root: Path
 ) -> None:
@@ -54,6 +55,7 @@ async def test_cancel_of_a_process_that_traps_sigint_escalates_to_sigterm(
     assert marked_processes(root) == []
 
 
+@pytest.mark.slow
 async def test_cancel_escalates_to_sigkill_and_finds_descendants_that_left_the_group(
     tasks: RemoteTasks, root: Path
 ) -> None:
