@@ -26,6 +26,10 @@ from remoteops import (
     ProbeError,
     RemoteOpsError,
     RemoteShellError,
+    TaskCapabilityMissing,
+    TaskConflict,
+    TaskNotFound,
+    TaskRemoteError,
     TransportError,
     TransportLost,
     UnknownTarget,
@@ -80,6 +84,10 @@ def _upstream(exc: UpstreamError) -> ToolFailure:
 REMOTE_CODES: tuple[tuple[type[RemoteOpsError], ErrorCode], ...] = (
     (InvalidRequest, ErrorCode.VALIDATION_ERROR),
     (PolicyDenied, ErrorCode.POLICY_DENIED),
+    (TaskNotFound, ErrorCode.NOT_FOUND),
+    (TaskConflict, ErrorCode.CONFLICT),
+    (TaskCapabilityMissing, ErrorCode.MISSING_REMOTE_CAPABILITY),
+    (TaskRemoteError, ErrorCode.REMOTE_NONZERO_EXIT),
     (UnknownTarget, ErrorCode.UNKNOWN_TARGET),
     (HostKeyError, ErrorCode.HOST_KEY_ERROR),
     (AuthError, ErrorCode.AUTH_ERROR),
@@ -103,7 +111,18 @@ def _remote(exc: RemoteOpsError) -> ToolFailure:
         return ToolFailure(
             ErrorCode.INTERNAL_ERROR, exc.detail or type(exc).__name__, retryable=False, details=details
         )
-    fields = ("field", "reason", "stage", "command_started", "exit_code", "time_limit_s", "remote_killed")
+    fields = (
+        "field",
+        "reason",
+        "stage",
+        "command_started",
+        "exit_code",
+        "time_limit_s",
+        "remote_killed",
+        "task_id",
+        "state",
+        "tool",
+    )
     for field in fields:
         if hasattr(exc, field):
             details[field] = getattr(exc, field)

@@ -22,7 +22,7 @@ from gateway._redact import Redactor
 from gateway._relay import Relay
 from gateway._version import __version__
 from gateway.config import Settings
-from remoteops import RemoteOps
+from remoteops import RemoteOps, RemoteTasks, StateStore
 
 __all__ = ["Identity", "Runtime"]
 
@@ -63,6 +63,8 @@ class Runtime:
             redactor=self.redactor,
         )
         self.remote = RemoteOps(settings.transport, settings.targets)
+        self.state = StateStore(settings.state_dir)
+        self.tasks = RemoteTasks(self.remote, self.state, settings.tasks, settings.transport)
         self.relay = Relay(
             settings.upstreams,
             own_names=frozenset(self.catalog.enabled),
@@ -75,6 +77,7 @@ class Runtime:
         async with AsyncExitStack() as stack:
             await stack.enter_async_context(self.audit)  # first in, last out: shutdown calls are audited
             await stack.enter_async_context(self.remote)
+            await stack.enter_async_context(self.tasks)
             await stack.enter_async_context(self.relay)
             self._stack = stack.pop_all()
         return self

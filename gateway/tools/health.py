@@ -45,6 +45,8 @@ class HealthOut(Output):
     upstreams: list[dict[str, Any]] = Field(
         description="Per upstream: state, identity, counters, dropped/renamed."
     )
+    tasks: dict[str, Any] = Field(description="Remote tasks: counts by state, remote directory, retention.")
+    state: dict[str, Any] = Field(description="The state store: its directory and records moved aside.")
 
 
 async def gateway_health(ctx: ToolContext, _: HealthIn) -> HealthOut:
@@ -61,6 +63,8 @@ async def gateway_health(ctx: ToolContext, _: HealthIn) -> HealthOut:
         audit=AuditHealth.model_validate(rt.audit.status()),
         transport=rt.remote.stats().model_dump(mode="json"),
         upstreams=rt.redactor.any(rt.relay.health()),  # last errors may quote credentials
+        tasks=rt.tasks.health().model_dump(mode="json"),
+        state=rt.state.status(),
     )
 
 
@@ -80,7 +84,7 @@ SPECS: list[ToolSpec[Any, Any]] = [
         name="gateway_health",
         title="Gateway health",
         description="Version, uptime, enabled toolsets, tool counts (own, relayed, filtered out), audit-log "
-        "status, SSH transport counters and upstream state.",
+        "status, SSH transport counters, upstream state, task counts and state-store problems.",
         input_model=HealthIn,
         output_model=HealthOut,
         toolset=Toolset.INSPECT,
