@@ -256,8 +256,9 @@ def _environ(pid: int) -> bytes:
 async def _until_exec(pid: int, entry: bytes) -> None:
     """Wait (bounded) until the child has exec'd: /proc/PID/environ reads empty between fork and exec."""
     with anyio.fail_after(10):
-        while entry not in _environ(pid):
-            await anyio.sleep(0.01)  # noqa: ASYNC110 - another process's exec has no event to wait on
+        # another process's exec has no event to wait on: poll /proc, bounded
+        while entry not in _environ(pid):  # noqa: ASYNC110
+            await anyio.sleep(0.01)
 
 
 def _pids_with_cmdline(needle: bytes) -> list[int]:
