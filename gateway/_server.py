@@ -31,6 +31,7 @@ from mcp.shared.exceptions import MCPError
 from mcp.shared.message import ServerMessageMetadata
 
 from gateway._dispatch import dispatch_call
+from gateway._policy import Policy, Principal
 from gateway._runtime import Runtime
 from upstream import ElicitCallback
 
@@ -61,6 +62,7 @@ class GatewayServer(Server[Runtime]):
         version: str,
         lifespan: Callable[[Server[Runtime]], AbstractAsyncContextManager[Runtime]],
         stdio_principal: str | None = None,
+        policy: Policy | None = None,
     ) -> None:
         super().__init__(
             name,
@@ -70,7 +72,12 @@ class GatewayServer(Server[Runtime]):
             on_call_tool=self._on_call_tool,
         )
         self.middleware.append(_instructions_from_runtime)
-        self._stdio_principal = stdio_principal
+        self._fallback = (
+            Principal.operator("stdio", stdio_principal)
+            if stdio_principal
+            else Principal.operator("anonymous", "anonymous")
+        )
+        self.policy = policy or Policy.unrestricted()
         # Clients to tell about tools/list_changed. In SDK 2.3 ``ctx.session`` is built per request
         # (``ServerRunner._make_context``), so it cannot stand for a client; the per-client object is the
         # ``Connection`` (a public type with a public ``send_tool_list_changed``), but the handler context
@@ -95,18 +102,18 @@ class GatewayServer(Server[Runtime]):
     def _remember(self, ctx: Ctx) -> None:
         self._connections.add(ctx.session._connection)  # no public path in SDK 2.3: see __init__
 
-    def _principal(self) -> str:
-        token = get_access_token()
-        if token is not None:
-            return f"bearer:{token.client_id}"
-        return self._stdio_principal or "anonymous"
+    def _principal(self) -> Principal:
+        return self.policy.principal(get_access_token(), self._fallback)
 
     async def _on_list_tools(
         self, ctx: Ctx, params: types.PaginatedRequestParams | None
     ) -> types.ListToolsResult:
         self._remember(ctx)
-        rt = ctx.lifespan_context
-        return types.ListToolsResult(tools=rt.catalog.tools() + await rt.relay.list_tools())
+        rt, who = ctx.lifespan_context, self._principal()
+        allowed = self.policy.allows_toolset
+        own = [spec.to_mcp() for spec in rt.catalog.enabled.values() if allowed(who, spec.toolset)]
+        relayed = await rt.relay.list_tools() if self.policy.allows_toolset(who, "upstream") else []
+        return types.ListToolsResult(tools=own + relayed)
 
     async def _on_call_tool(self, ctx: Ctx, params: types.CallToolRequestParams) -> types.CallToolResult:
         self._remember(ctx)
@@ -119,6 +126,7 @@ class GatewayServer(Server[Runtime]):
             ctx.lifespan_context,
             params,
             principal=self._principal(),
+            policy=self.policy,
             report_progress=progress,
             elicit=_elicit_via(ctx),
         )
@@ -176,6 +184,7 @@ def build_server(rt: Runtime, *, stdio_principal: str | None = None) -> GatewayS
         version=rt.identity.version,
         lifespan=lifespan,
         stdio_principal=stdio_principal,
+        policy=Policy.from_settings(rt.settings.auth),
     )
     rt.relay.add_listener(server.notify_tools_changed)
     return server
