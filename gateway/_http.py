@@ -33,8 +33,7 @@ from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from gateway._errors import ConfigError
-from gateway._oauth import OAuthVerifier, check_oauth_urls, read_secret_file
-from gateway._oauth_proxy import ProxyAwareVerifier, TrustedProxy
+from gateway._oauth_proxy import ProxyAwareVerifier, TrustedProxy, read_secret_file
 from gateway._redact import Redactor
 from gateway._server import GatewayServer
 from gateway.config import Settings
@@ -159,7 +158,10 @@ def _security(settings: Settings) -> TransportSecuritySettings:
     )
 
 
-def _oauth_auth(settings: Settings, url: str, redactor: Redactor) -> tuple[SdkAuthSettings, OAuthVerifier]:
+def _oauth_auth(settings: Settings, url: str, redactor: Redactor) -> tuple[SdkAuthSettings, TokenVerifier]:
+    # Imported here: httpx and the JOSE library are loaded only when OAuth is configured (start-up cost).
+    from gateway._oauth import OAuthVerifier, check_oauth_urls
+
     cfg = settings.auth.oauth
     check_oauth_urls(cfg)
     secret = None

@@ -22,7 +22,6 @@ import hashlib
 import ipaddress
 import time
 from collections import OrderedDict
-from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -36,7 +35,7 @@ from gateway._errors import ConfigError
 from gateway._policy import GROUPS_CLAIM, KIND_CLAIM
 from gateway.config import OAuthSettings
 
-__all__ = ["JwksCache", "OAuthVerifier", "check_oauth_urls", "read_secret_file"]
+__all__ = ["JwksCache", "OAuthVerifier", "check_oauth_urls"]
 
 _log = structlog.get_logger("gateway.oauth")
 _MAX_JWKS_BYTES = 256 * 1024
@@ -61,19 +60,6 @@ def check_oauth_urls(cfg: OAuthSettings) -> None:
         if parts.scheme == "https" or (parts.scheme == "http" and _loopback(parts.hostname)):
             continue
         raise ConfigError("must be an https:// URL (http:// only on loopback)", key=f"auth.oauth.{key}")
-
-
-def read_secret_file(path: Path, key: str) -> str:
-    try:
-        text = path.read_text(encoding="utf-8").strip()
-        mode = path.stat().st_mode
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"cannot read the secret file: {exc}", source=str(path), key=key) from None
-    if mode & 0o077:
-        raise ConfigError("secret file must not be readable by group or others (chmod 600)", source=str(path))
-    if len(text) < 16:
-        raise ConfigError("secret is shorter than 16 characters", source=str(path), key=key)
-    return text
 
 
 class JwksCache:

@@ -19,17 +19,32 @@ import hmac
 import secrets
 from contextvars import ContextVar
 from dataclasses import dataclass
+from pathlib import Path
 
 import structlog
 from mcp.server.auth.provider import AccessToken, TokenVerifier
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from gateway._errors import ConfigError
 from gateway._policy import GROUPS_CLAIM, KIND_CLAIM
 from gateway.config import TrustedProxySettings
 
-__all__ = ["ProxyAwareVerifier", "ProxyIdentity", "TrustedProxy"]
+__all__ = ["ProxyAwareVerifier", "ProxyIdentity", "TrustedProxy", "read_secret_file"]
 
 _log = structlog.get_logger("gateway.proxy")
+
+
+def read_secret_file(path: Path, key: str) -> str:
+    try:
+        text = path.read_text(encoding="utf-8").strip()
+        mode = path.stat().st_mode
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"cannot read the secret file: {exc}", source=str(path), key=key) from None
+    if mode & 0o077:
+        raise ConfigError("secret file must not be readable by group or others (chmod 600)", source=str(path))
+    if len(text) < 16:
+        raise ConfigError("secret is shorter than 16 characters", source=str(path), key=key)
+    return text
 
 
 @dataclass(frozen=True)
