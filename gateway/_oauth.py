@@ -22,6 +22,7 @@ import hashlib
 import ipaddress
 import time
 from collections import OrderedDict
+from collections.abc import Callable
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -65,8 +66,17 @@ def check_oauth_urls(cfg: OAuthSettings) -> None:
 class JwksCache:
     """The issuer's signing keys by ``kid``; refreshed when stale or on an unknown ``kid``, rate-bounded."""
 
-    def __init__(self, url: str, *, min_refresh_s: float, max_age_s: float, timeout_s: float) -> None:
+    def __init__(
+        self,
+        url: str,
+        *,
+        min_refresh_s: float,
+        max_age_s: float,
+        timeout_s: float,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self._url = url
+        self._clock = clock
         self._min_refresh_s = min_refresh_s
         self._max_age_s = max_age_s
         self._timeout_s = timeout_s
@@ -78,11 +88,11 @@ class JwksCache:
         """JWKS documents requested so far (shown by tests to prove the refresh bound)."""
 
     async def key(self, kid: str | None) -> jwt.PyJWK | None:
-        now = time.monotonic()
+        now = self._clock()
         if kid in self._keys and now - self._fetched_at < self._max_age_s:
             return self._keys[kid]
         async with self._lock:  # one fetch at a time; the others see its result
-            now = time.monotonic()
+            now = self._clock()
             wanted = kid not in self._keys or now - self._fetched_at >= self._max_age_s
             if wanted and now - self._attempted_at >= self._min_refresh_s:
                 self._attempted_at = now
@@ -113,7 +123,7 @@ class JwksCache:
         if len(keys) == 1 and None not in keys:
             keys[None] = next(iter(keys.values()))  # a lone key also verifies tokens without a kid
         self._keys = keys
-        self._fetched_at = time.monotonic()
+        self._fetched_at = self._clock()
 
 
 def _scopes(claims: dict[str, Any]) -> list[str]:
@@ -135,7 +145,14 @@ def _groups(claims: dict[str, Any], claim: str) -> list[str]:
 class OAuthVerifier(TokenVerifier):
     """JWT (JWKS) or introspected access tokens of one issuer, for one resource."""
 
-    def __init__(self, cfg: OAuthSettings, *, resource: str, introspection_secret: str | None = None) -> None:
+    def __init__(
+        self,
+        cfg: OAuthSettings,
+        *,
+        resource: str,
+        introspection_secret: str | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self._cfg = cfg
         self.resource = resource
         self._audiences = [resource.removesuffix("/"), resource.removesuffix("/") + "/"]
@@ -146,6 +163,7 @@ class OAuthVerifier(TokenVerifier):
                 min_refresh_s=cfg.jwks_min_refresh_s,
                 max_age_s=cfg.jwks_max_age_s,
                 timeout_s=cfg.http_timeout_s,
+                clock=clock,
             )
             if cfg.jwks_url
             else None
