@@ -1,4 +1,4 @@
-"""The OAuth token verifier against a real authorization server on loopback (real keys, JWKS, introspection)."""
+"""The OAuth token verifier against a real authorization server on loopback (keys, JWKS, introspection)."""
 
 from __future__ import annotations
 
