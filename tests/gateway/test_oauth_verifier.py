@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
+from typing import Any
 
 import anyio
 import pytest
@@ -71,7 +72,7 @@ async def test_a_valid_jwt_yields_subject_client_and_scopes(idp: AuthServer) -> 
         pytest.param({"exp": None}, id="no-expiry"),
     ],
 )
-async def test_a_jwt_with_bad_claims_is_refused(idp: AuthServer, claims: dict[str, object]) -> None:
+async def test_a_jwt_with_bad_claims_is_refused(idp: AuthServer, claims: dict[str, Any]) -> None:
     verifier = _verifier(idp)
     with anyio.fail_after(10):
         assert await verifier.verify_token(idp.issue("alice", "remoteops:inspect")) is not None
