@@ -205,6 +205,8 @@ async def dispatch_call(
     target = arguments.get("target") if isinstance(arguments.get("target"), str) else None
     started = time.perf_counter()
     outcome, code, incident = "cancelled", None, None
+    # Every log line of this call (ours, the runtime's, the relay's) names the caller and the request.
+    log_context = structlog.contextvars.bind_contextvars(principal=principal.label, request_id=request_id)
     try:
         policy.check_call(principal, tool=name, toolset=toolset, target=target if own is not None else None)
         cap = rt.settings.server.max_argument_bytes
@@ -279,3 +281,4 @@ async def dispatch_call(
             incident=incident,
             identity=principal.audit_fields(),
         )
+        structlog.contextvars.reset_contextvars(**log_context)

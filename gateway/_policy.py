@@ -18,6 +18,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+import structlog
 from mcp.server.auth.provider import AccessToken
 
 from gateway._errors import ErrorCode, ToolFailure
@@ -30,6 +31,7 @@ KIND_CLAIM = "remoteops-gateway/kind"
 """Key in ``AccessToken.claims`` naming how the caller authenticated (set by the gateway's verifiers)."""
 GROUPS_CLAIM = "remoteops-gateway/groups"
 _OPERATOR_KINDS = frozenset({"bearer", "stdio", "anonymous"})
+_log = structlog.get_logger("gateway.policy")
 
 
 @dataclass(frozen=True)
@@ -138,12 +140,14 @@ class Policy:
     def check_call(self, who: Principal, *, tool: str, toolset: str, target: str | None) -> None:
         """Raise ``policy_denied`` unless ``who`` may call ``tool`` (of ``toolset``) on ``target``."""
         if not self.allows_toolset(who, toolset):
+            _log.warning("policy_denied", principal=who.label, tool=tool, toolset=toolset)
             raise ToolFailure(
                 ErrorCode.POLICY_DENIED,
                 f"{tool} is in toolset {toolset!r}, which the caller's scopes do not grant",
                 details={"tool": tool, "toolset": toolset, "scopes": sorted(who.scopes)},
             )
         if target is not None and not self.allows_target(who, target):
+            _log.warning("policy_denied", principal=who.label, tool=tool, target=target)
             raise ToolFailure(
                 ErrorCode.POLICY_DENIED,
                 f"the caller may not use target {target!r}",

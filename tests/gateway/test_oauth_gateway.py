@@ -227,6 +227,8 @@ async def test_the_audit_record_names_the_oauth_principal(gw: GatewayProcess, id
         "scopes": ["remoteops:inspect"],
     }
     assert records[-1]["error_code"] == "policy_denied"
+    denials = [json.loads(line) for line in gw.stderr_text().splitlines() if '"policy_denied"' in line]
+    assert any(d.get("principal") == "oauth:alice" and d.get("tool") == "remote_exec" for d in denials)
     assert token not in (gw.state_dir / "audit.jsonl").read_text(encoding="utf-8")
 
 
