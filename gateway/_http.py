@@ -160,10 +160,9 @@ def _security(settings: Settings) -> TransportSecuritySettings:
 
 def _oauth_auth(settings: Settings, url: str, redactor: Redactor) -> tuple[SdkAuthSettings, TokenVerifier]:
     # Imported here: httpx and the JOSE library are loaded only when OAuth is configured (start-up cost).
-    from gateway._oauth import OAuthVerifier, check_oauth_urls
+    from gateway._oauth import OAuthVerifier
 
     cfg = settings.auth.oauth
-    check_oauth_urls(cfg)
     secret = None
     if cfg.introspection_secret_file is not None:
         secret = read_secret_file(cfg.introspection_secret_file, "auth.oauth.introspection_secret_file")

@@ -19,12 +19,10 @@ Reasons are logged by name only, never with the token.
 from __future__ import annotations
 
 import hashlib
-import ipaddress
 import time
 from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any
-from urllib.parse import urlsplit
 
 import anyio
 import httpx
@@ -32,35 +30,13 @@ import jwt
 import structlog
 from mcp.server.auth.provider import AccessToken, TokenVerifier
 
-from gateway._errors import ConfigError
 from gateway._policy import GROUPS_CLAIM, KIND_CLAIM
 from gateway.config import OAuthSettings
 
-__all__ = ["JwksCache", "OAuthVerifier", "check_oauth_urls"]
+__all__ = ["JwksCache", "OAuthVerifier"]
 
 _log = structlog.get_logger("gateway.oauth")
 _MAX_JWKS_BYTES = 256 * 1024
-
-
-def _loopback(host: str | None) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return host is not None and ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
-
-
-def check_oauth_urls(cfg: OAuthSettings) -> None:
-    """Keys and token answers come over HTTPS; plain HTTP only to a loopback authorization server."""
-    for key in ("issuer", "jwks_url", "introspection_url", "resource"):
-        url = getattr(cfg, key)
-        if not url:
-            continue
-        parts = urlsplit(url)
-        if parts.scheme == "https" or (parts.scheme == "http" and _loopback(parts.hostname)):
-            continue
-        raise ConfigError("must be an https:// URL (http:// only on loopback)", key=f"auth.oauth.{key}")
 
 
 class JwksCache:

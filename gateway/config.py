@@ -14,6 +14,7 @@ import tomllib
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any, Literal, Self
+from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
@@ -48,6 +49,15 @@ def default_state_dir() -> Path:
     """``$XDG_STATE_HOME/remoteops-gateway`` (or ``~/.local/state/remoteops-gateway``)."""
     base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
     return Path(base) / "remoteops-gateway"
+
+
+def _is_loopback(host: str | None) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return host is not None and ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 def _no_duplicates(names: list[str], what: str) -> None:
@@ -121,6 +131,19 @@ class OAuthSettings(BaseModel):
     http_timeout_s: Annotated[float, Field(gt=0, le=60)] = 5.0
     group_claim: str = "groups"
     """Claim holding the caller's groups (for ``auth.grants[].group``)."""
+
+    @field_validator("issuer", "resource", "jwks_url", "introspection_url")
+    @classmethod
+    def _https_or_loopback(cls, value: str) -> str:
+        """Keys and token answers come over HTTPS; plain HTTP only to a loopback authorization server."""
+        if not value:
+            return value
+        parts = urlsplit(value)
+        if parts.scheme == "https" and parts.hostname:
+            return value
+        if parts.scheme == "http" and _is_loopback(parts.hostname):
+            return value
+        raise ValueError("must be an https:// URL (http:// only on loopback)")
 
     @field_validator("algorithms")
     @classmethod

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -9,9 +10,8 @@ from mcp.server.auth.provider import AccessToken
 from pydantic import ValidationError
 
 from gateway._errors import ConfigError, ErrorCode, ToolFailure
-from gateway._oauth import check_oauth_urls
 from gateway._policy import GROUPS_CLAIM, KIND_CLAIM, Policy, Principal
-from gateway.config import AuthSettings, OAuthSettings, Settings
+from gateway.config import AuthSettings, OAuthSettings, Settings, load_settings
 
 STDIO = Principal.operator("stdio", "stdio:1000")
 
@@ -95,8 +95,13 @@ def test_a_grant_names_exactly_one_of_subject_or_group() -> None:
             AuthSettings.model_validate({"grants": [grant]})
 
 
-def test_oauth_urls_must_be_https_unless_loopback() -> None:
-    check_oauth_urls(OAuthSettings(issuer="http://127.0.0.1:9000", jwks_url="https://idp.test/jwks"))
+def test_oauth_urls_must_be_https_unless_loopback(tmp_path: Path) -> None:
+    OAuthSettings(issuer="http://127.0.0.1:9000", jwks_url="https://idp.test/jwks")
+    config = tmp_path / "gateway.toml"
+    config.write_text(
+        '[auth]\nmode = "oauth"\n[auth.oauth]\nissuer = "https://idp.test"\njwks_url = "http://idp.test/jwks"\n',
+        encoding="utf-8",
+    )
     with pytest.raises(ConfigError) as refused:
-        check_oauth_urls(OAuthSettings(issuer="https://idp.test", jwks_url="http://idp.test/jwks"))
+        load_settings(config, environ={})
     assert refused.value.key == "auth.oauth.jwks_url"
