@@ -34,6 +34,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from gateway._errors import ConfigError
 from gateway._oauth_proxy import ProxyAwareVerifier, TrustedProxy, read_secret_file
+from gateway._policy import KIND_CLAIM
 from gateway._redact import Redactor
 from gateway._server import GatewayServer
 from gateway.config import Settings
@@ -121,7 +122,9 @@ class StaticTokenVerifier(TokenVerifier):
 
     async def verify_token(self, token: str) -> AccessToken | None:
         if hmac.compare_digest(token.encode("utf-8"), self._token):
-            return AccessToken(token=token, client_id=self._principal, scopes=[])
+            return AccessToken(
+                token=token, client_id=self._principal, scopes=[], claims={KIND_CLAIM: "bearer"}
+            )
         return None
 
 

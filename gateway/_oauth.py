@@ -19,6 +19,7 @@ Reasons are logged by name only, never with the token.
 from __future__ import annotations
 
 import hashlib
+import json
 import time
 from collections import OrderedDict
 from collections.abc import Callable
@@ -78,12 +79,17 @@ class JwksCache:
     async def _refresh(self) -> None:
         self.fetches += 1
         try:
-            async with httpx.AsyncClient(timeout=self._timeout_s, follow_redirects=False) as client:
-                response = await client.get(self._url, headers={"Accept": "application/json"})
-            response.raise_for_status()
-            if len(response.content) > _MAX_JWKS_BYTES:
-                raise ValueError("JWKS document too large")
-            document = response.json()
+            body = bytearray()
+            async with (
+                httpx.AsyncClient(timeout=self._timeout_s, follow_redirects=False) as client,
+                client.stream("GET", self._url, headers={"Accept": "application/json"}) as response,
+            ):
+                response.raise_for_status()
+                async for chunk in response.aiter_bytes():
+                    body += chunk
+                    if len(body) > _MAX_JWKS_BYTES:  # read no further than the cap
+                        raise ValueError("JWKS document too large")
+            document = json.loads(body)
             keys: dict[str | None, jwt.PyJWK] = {}
             for entry in document.get("keys", []) if isinstance(document, dict) else []:
                 usable = isinstance(entry, dict) and entry.get("kty") != "oct"
@@ -195,7 +201,8 @@ class OAuthVerifier(TokenVerifier):
             token=token,
             client_id=client_id if isinstance(client_id, str) else subject,
             scopes=_scopes(claims),
-            expires_at=int(exp) if isinstance(exp, (int, float)) else None,
+            # The SDK's middleware refuses a token past expires_at (without leeway): the leeway goes in here.
+            expires_at=int(exp + self._cfg.leeway_s) if isinstance(exp, (int, float)) else None,
             resource=self.resource,
             subject=subject,
             claims={

@@ -89,14 +89,19 @@ class TrustedProxy:
             await app(scope, receive, send)
             return
         headers: list[tuple[bytes, bytes]] = scope["headers"]
-        found = {name: value for name, value in headers if name in self._stripped}
+        found: dict[bytes, bytes] = {}
+        repeated = False
+        for name, value in headers:
+            if name in self._stripped:
+                repeated = repeated or name in found
+                found[name] = value
         if not found:
             await app(scope, receive, send)
             return
         kept = [(name, value) for name, value in headers if name not in self._stripped]
         user = found.get(self._user_header, b"").decode("utf-8", "replace").strip()
         identity = None
-        if self._trusted(scope, found.get(self._secret_header)) and user:
+        if not repeated and user and self._trusted(scope, found.get(self._secret_header)):
             groups = found.get(self._groups_header, b"").decode("utf-8", "replace")
             names = tuple(g.strip() for g in groups.split(",") if g.strip())
             identity = ProxyIdentity(user=user, groups=names)

@@ -96,11 +96,11 @@ class Policy:
         if token is None:
             return fallback
         claims = token.claims or {}
-        kind = claims.get(KIND_CLAIM, "bearer")
-        if kind not in ("oauth", "proxy"):
+        kind = claims.get(KIND_CLAIM)
+        if kind == "bearer":  # only the static-token verifier says so
             return Principal.operator("bearer", token.client_id)
-        return Principal(
-            kind="oauth" if kind == "oauth" else "proxy",
+        return Principal(  # anything else is restricted to its scopes (fail closed)
+            kind="proxy" if kind == "proxy" else "oauth",
             subject=token.subject or token.client_id,
             client_id=token.client_id,
             scopes=frozenset(token.scopes),

@@ -187,6 +187,12 @@ class TrustedProxySettings(BaseModel):
     scopes: tuple[str, ...] = ("remoteops:inspect",)
     """Scopes a proxied caller gets (the proxy authenticates; it does not carry scopes)."""
 
+    @model_validator(mode="after")
+    def _peers_need_the_secret(self) -> Self:
+        if self.peers and self.secret_file is None:
+            raise ValueError("auth.trusted_proxy.peers needs auth.trusted_proxy.secret_file")
+        return self
+
     @field_validator("peers")
     @classmethod
     def _loopback_only(cls, value: tuple[str, ...]) -> tuple[str, ...]:

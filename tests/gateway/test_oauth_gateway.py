@@ -258,6 +258,18 @@ def test_forged_identity_headers_from_a_non_trusted_peer_are_ignored(
             headers={**ACCEPT, "X-Forwarded-User": "alice", "X-Remoteops-Proxy-Secret": "nope"},
         )
     assert wrong.status_code == 401  # right peer, wrong secret
+    with httpx.Client(transport=httpx.HTTPTransport(local_address=PROXY_PEER), timeout=10) as proxied:
+        twice = proxied.post(
+            gw.url,
+            json=INIT,
+            headers=[
+                *ACCEPT.items(),
+                ("X-Forwarded-User", "dave"),
+                ("X-Forwarded-User", "alice"),
+                ("X-Remoteops-Proxy-Secret", proxy_secret),
+            ],
+        )
+    assert twice.status_code == 401  # right peer and secret, but an ambiguous identity
     assert gw.stderr_text().count("identity_headers_ignored") == 1  # logged once, not per request
 
 

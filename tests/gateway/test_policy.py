@@ -27,12 +27,19 @@ def _oauth(subject: str, scopes: list[str], groups: list[str] | None = None) -> 
 
 def test_a_static_bearer_token_and_stdio_are_the_unrestricted_operator() -> None:
     policy = _policy(grants=[{"subject": "alice", "targets": ["t1"]}])
-    bearer = policy.principal(AccessToken(token="t", client_id="operator", scopes=[]), STDIO)
+    static = AccessToken(token="t", client_id="operator", scopes=[], claims={KIND_CLAIM: "bearer"})
+    bearer = policy.principal(static, STDIO)
     assert bearer.label == "bearer:operator"
     for who in (bearer, policy.principal(None, STDIO)):
         assert policy.toolsets(who) is None
         assert policy.allows_target(who, "anything")
     assert policy.principal(None, STDIO).label == "stdio:1000"
+
+
+def test_a_token_that_does_not_say_how_it_was_verified_is_restricted_to_its_scopes() -> None:
+    policy = _policy()
+    who = policy.principal(AccessToken(token="t", client_id="c", scopes=["remoteops:inspect"]), STDIO)
+    assert policy.toolsets(who) == frozenset({"inspect"})
 
 
 def test_scopes_map_to_toolsets_by_the_default_table() -> None:
@@ -87,6 +94,11 @@ def test_a_trusted_proxy_peer_must_be_a_loopback_address() -> None:
     for peer in ("10.0.0.1", "proxy.example.net"):
         with pytest.raises(ValidationError):
             AuthSettings.model_validate({"trusted_proxy": {"peers": [peer]}})
+
+
+def test_trusted_proxy_peers_need_a_shared_secret() -> None:
+    with pytest.raises(ValidationError):
+        AuthSettings.model_validate({"trusted_proxy": {"peers": ["127.0.0.1"]}})
 
 
 def test_a_grant_names_exactly_one_of_subject_or_group() -> None:
