@@ -44,14 +44,6 @@ _DESCRIBED = frozenset({"initialize", "server/discover"})
 Ctx = ServerRequestContext[Runtime, Any]
 
 
-async def _instructions_from_runtime(ctx: Ctx, call_next: CallNext) -> HandlerResult:
-    """Server middleware: ``initialize`` and ``server/discover`` answers carry the runtime's instructions."""
-    result = await call_next(ctx)
-    if ctx.method in _DESCRIBED and isinstance(result, dict):
-        return {**result, "instructions": ctx.lifespan_context.describe()}
-    return result
-
-
 class GatewayServer(Server[Runtime]):
     """The SDK's low-level ``Server`` with the gateway's handlers; state only what MCP needs per client."""
 
@@ -71,7 +63,7 @@ class GatewayServer(Server[Runtime]):
             on_list_tools=self._on_list_tools,
             on_call_tool=self._on_call_tool,
         )
-        self.middleware.append(_instructions_from_runtime)
+        self.middleware.append(self._instructions_from_runtime)
         self._fallback = (
             Principal.operator("stdio", stdio_principal)
             if stdio_principal
@@ -104,6 +96,18 @@ class GatewayServer(Server[Runtime]):
 
     def _principal(self) -> Principal:
         return self.policy.principal(get_access_token(), self._fallback)
+
+    async def _instructions_from_runtime(self, ctx: Ctx, call_next: CallNext) -> HandlerResult:
+        """Server middleware: ``initialize`` and ``server/discover`` answers carry the runtime's
+        instructions, narrowed to the toolsets and targets this caller's policy reaches."""
+        result = await call_next(ctx)
+        if ctx.method in _DESCRIBED and isinstance(result, dict):
+            who = self._principal()
+            text = ctx.lifespan_context.describe(
+                toolsets=self.policy.toolsets(who), targets=self.policy.targets(who)
+            )
+            return {**result, "instructions": text}
+        return result
 
     async def _on_list_tools(
         self, ctx: Ctx, params: types.PaginatedRequestParams | None

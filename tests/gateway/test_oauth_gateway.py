@@ -125,6 +125,18 @@ def test_a_valid_token_is_accepted_and_bad_ones_get_401_pointing_to_the_metadata
     assert "resource_metadata=" in challenge
 
 
+def test_the_instructions_name_only_the_callers_targets_and_toolsets(
+    gw: GatewayProcess, idp: AuthServer
+) -> None:
+    r = _post(gw, idp.issue("alice", "remoteops:inspect"), Accept="application/json, text/event-stream")
+    assert r.status_code == 200
+    data = next(line for line in r.text.splitlines() if line.startswith("data:"))
+    instructions = json.loads(data.removeprefix("data:"))["result"]["instructions"]
+    assert "t1" in instructions
+    assert "t2" not in instructions
+    assert "Enabled toolsets: inspect." in instructions
+
+
 def test_the_protected_resource_metadata_names_the_real_authorization_server(
     gw: GatewayProcess, idp: AuthServer
 ) -> None:
