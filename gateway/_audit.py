@@ -305,7 +305,9 @@ class AuditLog:
         duration_ms: float,
         arguments: Any,
         incident: str | None = None,
+        identity: dict[str, Any] | None = None,
     ) -> None:
+        """``identity``: the typed principal (kind, subject, client id, scopes) next to its label."""
         self._log.info(
             "tool_call",
             time=datetime.now(UTC).isoformat(timespec="milliseconds"),
@@ -319,6 +321,7 @@ class AuditLog:
             duration_ms=round(duration_ms, 3),
             arguments=self._redactor.arguments(arguments),
             **({"incident": incident} if incident else {}),
+            **({"identity": identity} if identity else {}),
         )
 
     def status(self) -> dict[str, Any]:

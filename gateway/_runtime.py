@@ -92,19 +92,24 @@ class Runtime:
     def uptime_s(self) -> float:
         return time.monotonic() - self.identity.started_monotonic
 
-    def describe(self) -> str:
-        """The MCP ``instructions``: what the agent is connected to, from the objects the tools use."""
+    def describe(
+        self, *, toolsets: frozenset[str] | None = None, targets: frozenset[str] | None = None
+    ) -> str:
+        """The MCP ``instructions``: what the agent is connected to, from the objects the tools use;
+        ``toolsets``/``targets`` narrow them to what the caller's policy reaches (None: everything)."""
+        enabled = sorted(t.value for t in self.catalog.toolsets if toolsets is None or t.value in toolsets)
         lines = [
             f"remoteops-gateway {self.identity.version}: OpenSSH remote operations, relayed terminal tools.",
-            f"Enabled toolsets: {', '.join(sorted(t.value for t in self.catalog.toolsets))}.",
+            f"Enabled toolsets: {', '.join(enabled)}.",
         ]
-        targets = [t.name for t in self.settings.targets]
-        lines.append(
-            f"Targets you may use (the only ones allowed): {', '.join(targets)}."
-            if targets
-            else "No SSH targets are configured."
-        )
-        lines.extend(self.relay.describe())
+        names = [t.name for t in self.settings.targets if targets is None or t.name in targets]
+        if names:
+            lines.append(f"Targets you may use (the only ones allowed): {', '.join(names)}.")
+        else:
+            none = "No SSH targets are configured." if targets is None else "No SSH target is open to you."
+            lines.append(none)
+        if toolsets is None or "upstream" in toolsets:
+            lines.extend(self.relay.describe())
         lines.append(
             'Tool failures are isError results whose text is JSON {"error": {code, message, retryable, '
             "details}}; transport_lost and upstream_ambiguous mean the action may or may not have run."
