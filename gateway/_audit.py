@@ -97,6 +97,7 @@ class AuditLog:
         duration_ms: float,
         arguments: Any,
         incident: str | None = None,
+        facts: Any = None,
     ) -> None:
         self._log.info(
             "tool_call",
@@ -111,6 +112,7 @@ class AuditLog:
             duration_ms=round(duration_ms, 3),
             arguments=self._redactor.arguments(arguments),
             **({"incident": incident} if incident else {}),
+            **({"facts": facts} if facts else {}),
         )
 
     def status(self) -> dict[str, Any]:

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 from upstream import ProgressCallback
 
@@ -23,3 +23,5 @@ class ToolContext:
     request_id: str
     principal: str
     report_progress: ProgressCallback = _no_progress
+    audit_facts: dict[str, Any] = field(default_factory=dict)
+    """Facts a tool adds to its call's audit record (e.g. a transfer's paths, sizes and hashes)."""

@@ -106,6 +106,7 @@ async def dispatch_call(
     target = arguments.get("target") if isinstance(arguments.get("target"), str) else None
     started = time.perf_counter()
     outcome, code, incident = "cancelled", None, None
+    facts: dict[str, Any] = {}
     try:
         cap = rt.settings.server.max_argument_bytes
         too_big = oversized_argument(arguments, cap)
@@ -116,7 +117,7 @@ async def dispatch_call(
                 details={"argument": too_big, "limit_bytes": cap},
             )
         if own is not None:
-            ctx = ToolContext(runtime=rt, request_id=request_id, principal=principal)
+            ctx = ToolContext(runtime=rt, request_id=request_id, principal=principal, audit_facts=facts)
             if report_progress is not None:
                 ctx = dataclasses.replace(ctx, report_progress=report_progress)
             result = await _run_own(own, ctx, arguments)
@@ -164,4 +165,5 @@ async def dispatch_call(
             duration_ms=(time.perf_counter() - started) * 1000,
             arguments=arguments,
             incident=incident,
+            facts=facts or None,
         )

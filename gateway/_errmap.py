@@ -9,14 +9,20 @@ from __future__ import annotations
 from gateway._errors import ErrorCode, ToolFailure
 from remoteops import (
     AuthError,
+    ChecksumMismatch,
     CommandTimeout,
     ConnectError,
+    DestinationExists,
     HostKeyError,
     InvalidRequest,
+    MissingCapability,
+    PathNotFound,
     PolicyDenied,
     ProbeError,
     RemoteOpsError,
     RemoteShellError,
+    TransferFailed,
+    TransferPathError,
     TransportError,
     TransportLost,
     UnknownTarget,
@@ -59,6 +65,12 @@ _REMOTE_CODES: tuple[tuple[type[RemoteOpsError], ErrorCode], ...] = (
     (RemoteShellError, ErrorCode.REMOTE_NONZERO_EXIT),
     (CommandTimeout, ErrorCode.TIMEOUT),
     (ProbeError, ErrorCode.MISSING_REMOTE_CAPABILITY),
+    (ChecksumMismatch, ErrorCode.CHECKSUM_MISMATCH),
+    (MissingCapability, ErrorCode.MISSING_REMOTE_CAPABILITY),
+    (DestinationExists, ErrorCode.CONFLICT),
+    (PathNotFound, ErrorCode.NOT_FOUND),
+    (TransferPathError, ErrorCode.CONFLICT),
+    (TransferFailed, ErrorCode.REMOTE_NONZERO_EXIT),
     (TransportError, ErrorCode.CONNECT_ERROR),
 )
 
@@ -66,7 +78,11 @@ _REMOTE_CODES: tuple[tuple[type[RemoteOpsError], ErrorCode], ...] = (
 def _remote(exc: RemoteOpsError) -> ToolFailure:
     code = next(code for cls, code in _REMOTE_CODES if isinstance(exc, cls))
     details: dict[str, object] = {"target": exc.target, "detail": exc.detail}
-    fields = ("field", "reason", "stage", "command_started", "exit_code", "time_limit_s", "remote_killed")
+    fields: tuple[str, ...] = (
+        "field", "reason", "stage", "command_started", "exit_code", "time_limit_s", "remote_killed",
+    )  # fmt: skip
+    fields += ("path", "side", "capability", "mismatched", "destination_action", "aside", "leftover")
+    fields += ("needed_bytes", "available_bytes", "floor_bytes")
     for field in fields:
         if hasattr(exc, field):
             details[field] = getattr(exc, field)

@@ -23,7 +23,7 @@ from gateway._redact import Redactor
 from gateway._relay import Relay
 from gateway._version import __version__
 from gateway.config import Settings
-from remoteops import RemoteOps
+from remoteops import RemoteOps, Transfers
 
 __all__ = ["Identity", "Runtime"]
 
@@ -50,6 +50,7 @@ class Runtime:
             toolsets=settings.tools.toolsets,
             include=settings.tools.include,
             exclude=settings.tools.exclude,
+            settings=settings,
         )
         self.redactor = redactor or Redactor()
         self.identity = Identity(
@@ -66,6 +67,7 @@ class Runtime:
             redactor=self.redactor,
         )
         self.remote = RemoteOps(settings.transport, settings.targets)
+        self.transfers = Transfers(self.remote, settings.transport, settings.transfers)
         self.relay = Relay(
             settings.upstreams,
             own_names=frozenset(self.catalog.enabled),

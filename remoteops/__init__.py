@@ -47,6 +47,7 @@ from ._transfer_errors import (
     FreeSpaceFloor,
     LocalPathDenied,
     MissingCapability,
+    PathNotFound,
     TransferFailed,
     TransferPathError,
 )
@@ -85,6 +86,7 @@ __all__ = [
     "MissingCapability",
     "MultiplexMode",
     "MultiplexState",
+    "PathNotFound",
     "PolicyDenied",
     "ProbeError",
     "RemoteOps",

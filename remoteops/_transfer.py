@@ -26,6 +26,7 @@ from ._transfer_errors import (
     DestinationExists,
     FreeSpaceFloor,
     MissingCapability,
+    PathNotFound,
     Side,
     TransferPathError,
 )
@@ -108,7 +109,7 @@ class Transfers:
         src, dst = (lprobe, rprobe) if up else (rprobe, lprobe)
         src_side: Side = "local" if up else "remote"
         if src.kind != "dir":
-            raise TransferPathError(
+            raise (PathNotFound if src.kind == "none" else TransferPathError)(
                 "the sync source must be a directory",
                 target=target,
                 path=str(local) if up else remote,
@@ -175,7 +176,7 @@ class Transfers:
         dst_side: Side = "remote" if up else "local"
         if src.kind not in ("file", "dir"):
             reason = "not_found" if src.kind == "none" else "unsupported_type"
-            raise TransferPathError(
+            raise (PathNotFound if src.kind == "none" else TransferPathError)(
                 f"the source {src_path!r} is {'missing' if src.kind == 'none' else 'not a regular file'}",
                 target=target,
                 path=src_path,
@@ -199,7 +200,7 @@ class Transfers:
         parents_created = False
         if dst.parent == "none":
             if not options.create_parents:
-                raise TransferPathError(
+                raise PathNotFound(
                     "the destination's parent directory does not exist (create_parents creates it)",
                     target=target,
                     path=dst_path,

@@ -8,6 +8,7 @@
     ├── MissingCapability        capability ("rsync", "sha256sum", "scp"), side ("local" | "remote")
     ├── TransferPathError        path, side, reason: "not_found" | "exists" | "not_a_directory" |
     │   │                        "is_a_directory" | "parent_missing" | "unsupported_type"
+    │   ├── PathNotFound         reason "not_found" (the source) or "parent_missing" (the destination's)
     │   └── DestinationExists    reason="exists" (overwrite policy "fail")
     ├── TransferFailed           exit_code, stage ("rsync" | "scp" | "mkdir" | "hash" ...); the native tool
     │                            failed for a reason that is not ssh's own; ``leftover`` says what is left
@@ -29,6 +30,7 @@ __all__ = [
     "FreeSpaceFloor",
     "LocalPathDenied",
     "MissingCapability",
+    "PathNotFound",
     "Side",
     "TransferFailed",
     "TransferPathError",
@@ -68,6 +70,10 @@ class TransferPathError(RemoteOpsError):
         self.path = path
         self.side = side
         self.reason = reason
+
+
+class PathNotFound(TransferPathError):
+    pass
 
 
 class DestinationExists(TransferPathError):

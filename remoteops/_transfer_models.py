@@ -47,6 +47,8 @@ class TransferSettings(BaseModel):
     scp_binary: str = "scp"
     max_changes: int = Field(default=200, ge=1, le=10_000)
     """Itemized changes (and deletions) kept in a result; the total is always counted."""
+    time_limit_default_s: float = Field(default=3600, gt=0)
+    time_limit_max_s: float = Field(default=86400, gt=0)
     progress_interval_s: float = Field(default=0.5, ge=0.05)
     """At most one progress notification per this interval (rsync itself updates about once a second)."""
 
@@ -127,7 +129,11 @@ class TransferResult(BaseModel):
     overwrite: Overwrite
     parents_created: bool = False
     verified: Literal["sha256"] | None = None
-    sha256: str | None = Field(None, description="SHA-256 of the file (single-file transfers, verified).")
+    sha256: str | None = Field(
+        None,
+        description="Verified transfers: SHA-256 of the file, or of a tree's manifest (its sorted "
+        "'<sha256>  <path>' lines, one per file).",
+    )
     files_verified: int = 0
     changes: list[ItemChange] = Field(default_factory=list)
     changes_total: int = 0

@@ -190,7 +190,9 @@ async def hash_remote(
     sent NUL-separated on stdin in batches whose output fits the exec output cap). Missing files are absent
     from the answer."""
     if names is None:
-        result = await ops.run(target, ["sha256sum", "-z", "--", path], timeout_s=_limit_s(ceiling_s, file_size))
+        result = await ops.run(
+            target, ["sha256sum", "-z", "--", path], timeout_s=_limit_s(ceiling_s, file_size)
+        )
         digest = result.stdout[:64]
         if result.exit_code != 0 or len(digest) != 64:
             raise ProbeError(f"sha256sum exited {result.exit_code}: {result.stderr[-300:]}", target=target)

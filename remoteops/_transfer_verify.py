@@ -7,6 +7,7 @@ under its own name) and the call fails with :class:`ChecksumMismatch` naming bot
 
 from __future__ import annotations
 
+import hashlib
 import os
 import secrets
 from pathlib import Path
@@ -51,8 +52,12 @@ async def verify_transfer(
         compared += missing  # every source file must be at the destination
     mismatched = sorted(n for n in compared if remote_h.get(n) != local_h[n])
     if not mismatched:
-        digest = local_h.get("") if names is None else None
-        return Verified(len(compared), digest)
+        if names is None:
+            return Verified(1, local_h[""])
+        manifest = "".join(f"{local_h[n]}  {n}\n" for n in sorted(compared))
+        return Verified(
+            len(compared), hashlib.sha256(manifest.encode("utf-8", "surrogateescape")).hexdigest()
+        )
     nonce = secrets.token_hex(4)
     present = [n for n in mismatched if destination == "local" or n in remote_h]
     if destination == "local":

@@ -35,6 +35,10 @@ class HealthOut(Output):
     filtered_out: list[str] = Field(
         description="Own tools disabled by the operator's toolset/include/exclude choice."
     )
+    unavailable: dict[str, str] = Field(
+        default_factory=dict,
+        description="Filtered-out tools the configuration cannot serve, with the reason.",
+    )
     audit: AuditHealth
     transport: dict[str, Any] = Field(description="ControlMaster pool counters and multiplex state.")
     upstreams: list[dict[str, Any]] = Field(
@@ -53,6 +57,7 @@ async def gateway_health(ctx: ToolContext, _: HealthIn) -> HealthOut:
         own_tools=len(rt.catalog.enabled),
         relayed_tools=rt.relay.tool_count(),
         filtered_out=list(rt.catalog.filtered_out),
+        unavailable=dict(rt.catalog.unavailable),
         audit=AuditHealth.model_validate(rt.audit.status()),
         transport=rt.remote.stats().model_dump(mode="json"),
         upstreams=rt.relay.health(),
