@@ -11,51 +11,36 @@ them; ``resumed`` is reported only when such a partial file was found *before* t
 
 from __future__ import annotations
 
-import shutil
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
-from pathlib import Path
-from typing import TYPE_CHECKING, Literal
-
-import anyio
+from typing import TYPE_CHECKING
 
 from ._errors import InvalidRequest
-from ._settings import TargetSpec, TransportSettings
-from ._sshargs import SshArgs
+from ._transfer_core import TransferCore, rate, strip_slashes
 from ._transfer_errors import (
     DestinationExists,
-    FreeSpaceFloor,
     MissingCapability,
     PathNotFound,
     Side,
     TransferPathError,
 )
 from ._transfer_models import (
-    PARTIAL_DIR,
     Direction,
-    Leftover,
     SyncOptions,
     SyncResult,
     TransferHooks,
     TransferOptions,
     TransferResult,
-    TransferSettings,
 )
 from ._transfer_paths import (
-    LocalRoots,
-    escape_rsync_source,
-    remote_arg,
-    rsh_command,
-    scp_options,
-    ssh_prefix,
+    has_glob,
+    staged_name,
     validate_remote_path,
 )
-from ._transfer_probe import Probe, local_probe, remote_probe, split_remote
-from ._transfer_run import RunOutcome, failure, run_tool
+from ._transfer_probe import Probe, local_probe, remote_name, remote_probe, split_remote
+from ._transfer_run import RunOutcome
 from ._transfer_verify import verify_transfer
 
 if TYPE_CHECKING:
-    from ._ops import RemoteOps
+    pass
 
 __all__ = ["Transfers"]
 
@@ -64,20 +49,8 @@ _LEFTOVER_S = 10.0
 _MAX_EXCLUDES = 100
 
 
-class Transfers:
+class Transfers(TransferCore):
     """Transfers over a :class:`RemoteOps` (which must be entered). ``enabled`` is False without roots."""
-
-    def __init__(self, ops: RemoteOps, transport: TransportSettings, settings: TransferSettings) -> None:
-        """``transport`` must be the settings ``ops`` was made with (rsync/scp get the same ssh options)."""
-        self._ops = ops
-        self._settings = settings
-        self._hash_ceiling_s = transport.exec_timeout_max_s
-        self.roots = LocalRoots(settings.local_roots)
-        self._args = SshArgs(transport)
-
-    @property
-    def enabled(self) -> bool:
-        return bool(self.roots)
 
     # -- public ----------------------------------------------------------------------------------------------
     async def upload(
@@ -101,7 +74,7 @@ class Transfers:
         if len(options.excludes) > _MAX_EXCLUDES:
             raise InvalidRequest(target=target, field="excludes", reason=f"more than {_MAX_EXCLUDES}")
         local = self.roots.resolve(local_path, target=target)
-        remote = validate_remote_path(_strip(remote_path), target=target)
+        remote = validate_remote_path(strip_slashes(remote_path), target=target)
         up = options.direction == "up"
         await self._need_rsync(target)
         lprobe, _ = await local_probe(local)
@@ -151,7 +124,7 @@ class Transfers:
             bytes_total=outcome.stats.get("total_size", src.size),
             files_transferred=outcome.stats.get("files_transferred", 0),
             duration_s=round(outcome.duration_s, 3),
-            throughput_bytes_s=_rate(0 if options.dry_run else outcome.stats.get("literal", 0), outcome),
+            throughput_bytes_s=rate(0 if options.dry_run else outcome.stats.get("literal", 0), outcome),
         )
 
     # -- upload / download -----------------------------------------------------------------------------------
@@ -167,9 +140,14 @@ class Transfers:
         self._ops.target(target)
         up = direction == "up"
         local = self.roots.resolve(local_path, target=target)
-        remote = validate_remote_path(_strip(remote_path), target=target)
+        remote = validate_remote_path(strip_slashes(remote_path), target=target)
         lprobe, tree = await local_probe(local)
-        rprobe = await remote_probe(self._ops, target, remote)
+        # a new remote file named like a wildcard pattern is written under a stable plain name, then renamed
+        staged = (
+            staged_name(remote) if up and lprobe.kind == "file" and has_glob(remote_name(remote)) else None
+        )
+        partial_name = remote_name(staged) if staged is not None else None
+        rprobe = await remote_probe(self._ops, target, remote, partial_name)
         src, dst = (lprobe, rprobe) if up else (rprobe, lprobe)
         src_path, dst_path = (str(local), remote) if up else (remote, str(local))
         src_side: Side = "local" if up else "remote"
@@ -209,21 +187,34 @@ class Transfers:
                 )
             await self._mkdir(target, local.parent if not up else None, split_remote(remote)[0])
             parents_created = True
+        if up and is_tree and dst.kind == "none" and has_glob(remote_name(remote)):
+            await self._mkdir(target, None, remote)  # every wildcard component must exist (escape_glob)
         evidence = dst.partial_files > 0 and method == "rsync"
-        if method == "scp":
+        literal = matched = files_done = 0
+        if not is_tree and dst.kind == "file" and options.overwrite == "skip":
+            outcome = RunOutcome(returncode=0)  # the one file exists: nothing to move
+        elif method == "scp":
             outcome = await self._scp(
                 target, local, remote, up=up, options=options, hooks=hooks, total=src.size
             )
-            literal, matched, files_done = src.size, 0, 1
+            literal, files_done = src.size, 1
         else:
             flags = self._flags(
                 tree=is_tree,
                 down=not up,
-                ignore_existing=options.overwrite != "replace",
+                ignore_existing=options.overwrite != "replace" and staged is None,
                 bwlimit=options.bwlimit_kib_s,
             )
             outcome = await self._rsync(
-                target, local, remote, up=up, tree=is_tree, flags=flags, total=src.size, hooks=hooks
+                target,
+                local,
+                staged or remote,
+                up=up,
+                tree=is_tree,
+                flags=flags,
+                total=src.size,
+                hooks=hooks,
+                partial_name=partial_name,
             )
             literal = outcome.stats.get("literal", 0)
             matched = outcome.stats.get("matched", 0)
@@ -239,13 +230,15 @@ class Transfers:
                 self._ops,
                 target,
                 local=local,
-                remote=remote,
+                remote=staged or remote,
                 names=names,
                 destination=dst_side,
                 ceiling_s=self._hash_ceiling_s,
                 file_size=src.size,
             )
             files_verified, digest = verified.files, verified.digest
+        if staged is not None and outcome.stats:
+            await self._rename(target, staged, remote)
         if hooks.progress is not None:
             await hooks.progress(src.size, src.size)
         return TransferResult(
@@ -260,7 +253,7 @@ class Transfers:
             files_transferred=files_done,
             files_total=src.files,
             duration_s=round(outcome.duration_s, 3),
-            throughput_bytes_s=_rate(literal, outcome),
+            throughput_bytes_s=rate(literal, outcome),
             resumed=evidence,
             partial_bytes_found=dst.partial_bytes if evidence else 0,
             bytes_skipped=min(matched, dst.partial_bytes) if evidence else 0,
@@ -274,219 +267,6 @@ class Transfers:
             changes_total=outcome.changes_total,
             changes_truncated=outcome.changes_total > len(outcome.changes),
         )
-
-    # -- pieces ----------------------------------------------------------------------------------------------
-    async def _need_rsync(self, target: str) -> None:
-        if shutil.which(self._settings.rsync_binary) is None:
-            raise MissingCapability(
-                "rsync is not installed on the gateway host", target=target, capability="rsync", side="local"
-            )
-        caps = await self._ops.capabilities(target)
-        if not caps.tools.get("rsync", False):
-            raise MissingCapability(
-                "rsync is not installed on the target", target=target, capability="rsync", side="remote"
-            )
-
-    async def _choose(
-        self, target: str, options: TransferOptions, is_tree: bool, remote: str
-    ) -> Literal["rsync", "scp"]:
-        if options.method == "scp" and is_tree:
-            raise InvalidRequest(target=target, field="method", reason="scp copies single files only")
-        if options.method != "scp":
-            try:
-                await self._need_rsync(target)
-                return "rsync"
-            except MissingCapability:
-                if options.method == "rsync" or is_tree:
-                    raise
-        if not set(remote) <= _PLAIN_REMOTE:
-            raise MissingCapability(
-                "rsync is needed for this remote path (scp would expand or split it)",
-                target=target,
-                capability="rsync",
-                side="remote",
-            )
-        if shutil.which(self._settings.scp_binary) is None:
-            raise MissingCapability(
-                "scp is not installed on the gateway host", target=target, capability="scp", side="local"
-            )
-        return "scp"
-
-    def _check_free_space(self, target: str, local: Path, needed: int) -> None:
-        probe = local
-        while not probe.exists() and probe != probe.parent:
-            probe = probe.parent
-        free = shutil.disk_usage(probe).free
-        floor = self._settings.min_free_bytes
-        if free - needed < floor:
-            raise FreeSpaceFloor(
-                f"the download needs {needed} bytes; {free} are free and {floor} must stay free",
-                target=target,
-                needed_bytes=needed,
-                available_bytes=free,
-                floor_bytes=floor,
-            )
-
-    async def _mkdir(self, target: str, local_parent: Path | None, remote_parent: str) -> None:
-        if local_parent is not None:
-            await anyio.to_thread.run_sync(lambda: local_parent.mkdir(parents=True, exist_ok=True))
-            return
-        result = await self._ops.run(target, ["mkdir", "-p", "--", remote_parent])
-        if result.exit_code != 0:
-            raise TransferPathError(
-                f"mkdir -p failed: {result.stderr[-300:]}",
-                target=target,
-                path=remote_parent,
-                side="remote",
-                reason="parent_missing",
-            )
-
-    def _flags(self, *, tree: bool, down: bool, ignore_existing: bool, bwlimit: int | None) -> list[str]:
-        flags = ["-t", "-p"]
-        if tree:
-            flags += ["-r", "-l"]
-            if down:
-                flags.append("--safe-links")  # a symlink pointing out of the tree never lands locally
-        elif down:
-            flags.append("--copy-links")  # a single remote symlink: its content, not the link
-        if ignore_existing:
-            flags.append("--ignore-existing")
-        if bwlimit is not None:
-            flags.append(f"--bwlimit={bwlimit}")
-        return flags
-
-    @asynccontextmanager
-    async def _ssh_words(self, target: str) -> AsyncIterator[tuple[TargetSpec, list[str]]]:
-        """Hold a channel slot of the target's master; yield the ssh words (without host and command)."""
-        spec = self._ops.target(target)
-        identity = await self._ops.identity(target)
-        pool = self._ops._ready()[0]
-        async with pool.channel(spec, identity) as master:
-            if master is None:
-                argv = self._args.oneshot(spec, "")
-            else:
-                argv = self._args.mux_client(spec, master.control_path, "")
-            yield spec, ssh_prefix(argv, spec.host, "")
-
-    async def _rsync(
-        self,
-        target: str,
-        local: Path,
-        remote: str,
-        *,
-        up: bool,
-        tree: bool,
-        flags: list[str],
-        total: int,
-        hooks: TransferHooks,
-    ) -> RunOutcome:
-        async with self._ssh_words(target) as (spec, words):
-            slash = "/" if tree else ""
-            if up:
-                src, dst = f"{local}{slash}", remote_arg(spec.host, f"{remote}{slash}")
-            else:
-                src, dst = remote_arg(spec.host, escape_rsync_source(remote) + slash), f"{local}{slash}"
-            argv = [
-                self._settings.rsync_binary, "--secluded-args", "-e", rsh_command(words),
-                "--partial", f"--partial-dir={PARTIAL_DIR}",
-                "--info=progress2", "--no-h", "--outbuf=L", "--stats", "--out-format=%i %n",
-                *flags, "--", src, dst,
-            ]  # fmt: skip
-            outcome = await self._supervised(argv, target, local, remote, up, tree, total, hooks, "rsync")
-        if outcome.returncode != 0:
-            raise failure(outcome, target=target, stage="rsync", tool="rsync")
-        return outcome
-
-    async def _scp(
-        self,
-        target: str,
-        local: Path,
-        remote: str,
-        *,
-        up: bool,
-        options: TransferOptions,
-        hooks: TransferHooks,
-        total: int,
-    ) -> RunOutcome:
-        async with self._ssh_words(target) as (spec, words):
-            limit = ["-l", str(options.bwlimit_kib_s * 8)] if options.bwlimit_kib_s else []
-            there = remote_arg(spec.host, remote)
-            src, dst = (str(local), there) if up else (there, str(local))
-            argv = [self._settings.scp_binary, *scp_options(words), "-q", "-p", *limit, "--", src, dst]
-            outcome = await self._supervised(argv, target, local, remote, up, False, total, hooks, "scp")
-        if outcome.returncode != 0:
-            raise failure(outcome, target=target, stage="scp", tool="scp")
-        return outcome
-
-    async def _supervised(
-        self,
-        argv: list[str],
-        target: str,
-        local: Path,
-        remote: str,
-        up: bool,
-        tree: bool,
-        total: int,
-        hooks: TransferHooks,
-        stage: str,
-    ) -> RunOutcome:
-        try:
-            return await run_tool(
-                argv,
-                target=target,
-                stage=stage,
-                max_changes=self._settings.max_changes,
-                progress=hooks.progress,
-                total=total,
-                every_s=self._settings.progress_interval_s,
-            )
-        except anyio.get_cancelled_exc_class():
-            # every process of the run is gone here (its group was terminated and reaped); say what is left
-            if hooks.cancelled is not None:
-                with anyio.CancelScope(shield=True), anyio.move_on_after(_LEFTOVER_S):
-                    hooks.cancelled(await self._leftover(target, local, remote, up, tree))
-            raise
-
-    async def _leftover(self, target: str, local: Path, remote: str, up: bool, tree: bool) -> Leftover:
-        where = remote if up else str(local)
-        try:
-            probe = await remote_probe(self._ops, target, remote) if up else (await local_probe(local))[0]
-        except Exception as exc:  # a report, not a second failure: the caller is already cancelled
-            return Leftover(
-                destination=where,
-                destination_exists=None,
-                partial_dir=PARTIAL_DIR,
-                partial_files=None,
-                partial_bytes=None,
-                resumable=False,
-                note=f"could not inspect the destination ({type(exc).__name__})",
-            )
-        resumable = probe.partial_files > 0
-        note = (
-            f"{probe.partial_bytes} bytes kept in {PARTIAL_DIR}; the same call resumes from there"
-            if resumable
-            else "no partial data found at the destination"
-        )
-        if tree:
-            note += "; files completed before the cancel are in place"
-        return Leftover(
-            destination=where,
-            destination_exists=probe.kind != "none",
-            partial_dir=PARTIAL_DIR,
-            partial_files=probe.partial_files,
-            partial_bytes=probe.partial_bytes,
-            resumable=resumable,
-            note=note,
-        )
-
-
-def _strip(path: str) -> str:
-    stripped = path.rstrip("/")
-    return stripped or ("/" if path.startswith("/") else path)
-
-
-def _rate(done: int, outcome: RunOutcome) -> float:
-    return round(done / outcome.duration_s, 1) if outcome.duration_s > 0 else 0.0
 
 
 def _check_destination(

@@ -10,6 +10,7 @@ that holds one escaped.
 
 from __future__ import annotations
 
+import hashlib
 import os
 from collections.abc import Sequence
 from pathlib import Path, PurePosixPath
@@ -19,12 +20,14 @@ from ._transfer_errors import LocalPathDenied
 
 __all__ = [
     "LocalRoots",
-    "escape_rsync_source",
+    "escape_glob",
+    "has_glob",
     "remote_arg",
     "remote_parent",
     "rsh_command",
     "scp_options",
     "ssh_prefix",
+    "staged_name",
     "validate_remote_path",
 ]
 
@@ -81,9 +84,23 @@ def remote_parent(path: str) -> str:
     return parent or "."
 
 
-def escape_rsync_source(path: str) -> str:
-    """A remote source path as the remote rsync's wildcard expansion sees it: in every component holding
-    ``*``, ``?`` or ``[``, those and ``]`` and ``\\`` get a backslash; other components stay literal."""
+def has_glob(text: str) -> bool:
+    return bool(_GLOB.intersection(text))
+
+
+def staged_name(path: str) -> str:
+    """A wildcard-free name next to ``path``; stable for one path, so its partial file is found again."""
+    parent, name = str(PurePosixPath(path).parent), PurePosixPath(path).name
+    digest = hashlib.sha256(name.encode("utf-8", "surrogatepass")).hexdigest()[:16]
+    return f"{parent}/.rog-in.{digest}"
+
+
+def escape_glob(path: str) -> str:
+    """A remote path as the remote rsync's wildcard expansion (``--secluded-args``) needs it: in every
+    component holding ``*``, ``?`` or ``[``, those and ``]`` and ``\\`` get a backslash; other components
+    stay literal. rsync matches each escaped component against what exists and falls back to the whole
+    argument verbatim when nothing matches, so callers make sure every such component exists (a new
+    destination file with such a name is written under :func:`staged_name` and renamed)."""
     parts = []
     for part in path.split("/"):
         if _GLOB.intersection(part):

@@ -29,7 +29,9 @@ __all__ = [
     "hash_local",
     "hash_remote",
     "local_probe",
+    "remote_name",
     "remote_probe",
+    "split_remote",
 ]
 
 Kind = Literal["file", "dir", "other", "none"]
@@ -81,6 +83,10 @@ def _kind(path: Path) -> Kind:
     return "file" if stat.S_ISREG(mode) else "other"
 
 
+def remote_name(path: str) -> str:
+    return PurePosixPath(path).name
+
+
 def split_remote(path: str) -> tuple[str, str]:
     pure = PurePosixPath(path)
     return str(pure.parent) or ".", pure.name
@@ -126,8 +132,10 @@ async def local_probe(path: Path) -> tuple[Probe, LocalTree | None]:
     return await anyio.to_thread.run_sync(_local_probe, path)
 
 
-async def remote_probe(ops: RemoteOps, target: str, path: str) -> Probe:
+async def remote_probe(ops: RemoteOps, target: str, path: str, partial_name: str | None = None) -> Probe:
+    """``partial_name``: the file name rsync writes (and keeps partial data of), when not the path's own."""
     parent, name = split_remote(path)
+    name = partial_name or name
     result = await ops.run(target, ["sh", "-c", _PROBE, "rog-probe", path, parent, name, PARTIAL_DIR])
     if result.exit_code != 0:
         raise ProbeError(f"path probe exited {result.exit_code}: {result.stderr[-300:]}", target=target)
