@@ -50,11 +50,14 @@ _CHUNK = 8 * MIB
 _CALL_S = 600.0
 
 PAIRS = (
-    ("upload", "rsync"),
-    ("download", "rsync"),
-    ("upload", "scp"),
-    ("download", "scp"),
+    ("upload", "rsync", "big"),
+    ("download", "rsync", "big"),
+    ("upload", "scp", "big"),
+    ("download", "scp", "big"),
+    ("upload", "rsync", "small"),  # 1 KiB: the fixed cost of a call (probes, MCP round trip), not throughput
+    ("download", "rsync", "small"),
 )
+SMALL = 1024
 
 
 @dataclass
@@ -115,11 +118,15 @@ async def _measure(sshd: SshdInstance, work: Path, size: int, rounds: int) -> li
     local_root.mkdir()
     remote.mkdir()
     remote.chmod(0o777)
-    src_local = local_root / "payload.bin"
-    src_remote = remote / "payload.bin"
-    _write_random(src_local, size)
-    shutil.copyfile(src_local, src_remote)
-    src_remote.chmod(0o644)
+    big_local = local_root / "payload.bin"
+    big_remote = remote / "payload.bin"
+    _write_random(big_local, size)
+    shutil.copyfile(big_local, big_remote)
+    big_remote.chmod(0o644)
+    small_local, small_remote = local_root / "small.bin", remote / "small.bin"
+    _write_random(small_local, SMALL)
+    shutil.copyfile(small_local, small_remote)
+    small_remote.chmod(0o644)
     control_dir = work / "gwc"
     gw_dir = work / "gw"
     gw_dir.mkdir()
@@ -147,7 +154,10 @@ async def _measure(sshd: SshdInstance, work: Path, size: int, rounds: int) -> li
             scp = ["scp", "-F", cfg, "-o", f"ControlPath={sock}", "-o", "ControlMaster=no", "-q"]
             up_dst, down_dst = remote / "up.bin", local_root / "down.bin"
 
-            def subjects(direction: str, method: str) -> dict[str, Callable[[], Awaitable[None]]]:
+            def subjects(direction: str, method: str, which: str) -> dict[str, Callable[[], Awaitable[None]]]:
+                src_local, src_remote = (
+                    (big_local, big_remote) if which == "big" else (small_local, small_remote)
+                )
                 dst = up_dst if direction == "upload" else down_dst
                 src_arg = str(src_local) if direction == "upload" else f"{host}:{src_remote}"
                 dst_arg = f"{host}:{up_dst}" if direction == "upload" else str(down_dst)
@@ -171,7 +181,10 @@ async def _measure(sshd: SshdInstance, work: Path, size: int, rounds: int) -> li
                     _clean(dst)
                     await tool(f"remote_{direction}", args)
 
-                return {f"raw {method} {direction}": raw, f"gateway remote_{direction} ({method})": gateway}
+                return {
+                    _name("raw", direction, method, which): raw,
+                    _name("gw", direction, method, which): gateway,
+                }
 
             plan = {name: call for pair in PAIRS for name, call in subjects(*pair).items()}
             for call in plan.values():  # one untimed pass of each
@@ -183,14 +196,22 @@ async def _measure(sshd: SshdInstance, work: Path, size: int, rounds: int) -> li
                     times.setdefault(name, []).append(time.perf_counter() - started)
             _clean(up_dst, down_dst)
     rows: list[Row] = []
-    for direction, method in PAIRS:
-        raw_name, gw_name = f"raw {method} {direction}", f"gateway remote_{direction} ({method})"
+    for direction, method, which in PAIRS:
+        raw_name, gw_name = _name("raw", direction, method, which), _name("gw", direction, method, which)
         raw_med, gw_med = statistics.median(times[raw_name]), statistics.median(times[gw_name])
-        rows.append(Row(raw_name, rounds, round(raw_med, 3), round(size / MIB / raw_med, 1)))
+        moved = size if which == "big" else SMALL
+        rows.append(Row(raw_name, rounds, round(raw_med, 3), round(moved / MIB / raw_med, 1)))
         rows.append(
-            Row(gw_name, rounds, round(gw_med, 3), round(size / MIB / gw_med, 1), round(raw_med / gw_med, 2))
+            Row(gw_name, rounds, round(gw_med, 3), round(moved / MIB / gw_med, 1), round(raw_med / gw_med, 2))
         )
     return rows
+
+
+def _name(who: str, direction: str, method: str, which: str) -> str:
+    what = "" if which == "big" else ", 1 KiB"
+    if who == "raw":
+        return f"raw {method} {direction}{what}"
+    return f"gateway remote_{direction} ({method}{what})"
 
 
 def render_markdown(report: Report) -> str:

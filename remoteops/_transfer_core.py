@@ -189,7 +189,7 @@ class TransferCore:
                 *flags, "--", src, dst,
             ]  # fmt: skip
             outcome = await self._supervised(
-                argv, target, local, remote, up, tree, total, hooks, "rsync", partial_name
+                argv, target, local, remote, up, tree, total, hooks, partial_name
             )
         if outcome.returncode != 0:
             raise failure(outcome, target=target, stage="rsync", tool="rsync")
@@ -211,7 +211,7 @@ class TransferCore:
             there = remote_arg(spec.host, remote)
             src, dst = (str(local), there) if up else (there, str(local))
             argv = [self._settings.scp_binary, *scp_options(words), "-q", "-p", *limit, "--", src, dst]
-            outcome = await self._supervised(argv, target, local, remote, up, False, total, hooks, "scp")
+            outcome = await self._supervised(argv, target, local, remote, up, False, total, hooks)
         if outcome.returncode != 0:
             raise failure(outcome, target=target, stage="scp", tool="scp")
         return outcome
@@ -226,14 +226,11 @@ class TransferCore:
         tree: bool,
         total: int,
         hooks: TransferHooks,
-        stage: str,
         partial_name: str | None = None,
     ) -> RunOutcome:
         try:
             return await run_tool(
                 argv,
-                target=target,
-                stage=stage,
                 max_changes=self._settings.max_changes,
                 progress=hooks.progress,
                 total=total,

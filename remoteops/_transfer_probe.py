@@ -129,7 +129,7 @@ def _local_probe(path: Path) -> tuple[Probe, LocalTree | None]:
 
 
 async def local_probe(path: Path) -> tuple[Probe, LocalTree | None]:
-    return await anyio.to_thread.run_sync(_local_probe, path)
+    return await anyio.to_thread.run_sync(_local_probe, path, abandon_on_cancel=True)
 
 
 async def remote_probe(ops: RemoteOps, target: str, path: str, partial_name: str | None = None) -> Probe:
@@ -178,7 +178,7 @@ async def hash_local(root: Path, names: list[str] | None) -> dict[str, str]:
             return {"": _sha256_file(root)}
         return {name: _sha256_file(root / name) for name in names}
 
-    return await anyio.to_thread.run_sync(run)
+    return await anyio.to_thread.run_sync(run, abandon_on_cancel=True)  # a cancel never waits on a disk
 
 
 def _limit_s(ceiling_s: float, size: int) -> float:

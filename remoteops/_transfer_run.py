@@ -134,8 +134,6 @@ class _Reader:
 async def run_tool(
     argv: Sequence[str],
     *,
-    target: str,
-    stage: str,
     max_changes: int,
     progress: ProgressHook | None,
     total: int | None,
