@@ -11,8 +11,6 @@ them; ``resumed`` is reported only when such a partial file was found *before* t
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from ._errors import InvalidRequest
 from ._transfer_core import TransferCore, rate, strip_slashes
 from ._transfer_errors import (
@@ -39,13 +37,8 @@ from ._transfer_probe import Probe, local_probe, remote_name, remote_probe, spli
 from ._transfer_run import RunOutcome
 from ._transfer_verify import verify_transfer
 
-if TYPE_CHECKING:
-    pass
-
 __all__ = ["Transfers"]
 
-_PLAIN_REMOTE = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._/+@,=%-")
-_LEFTOVER_S = 10.0
 _MAX_EXCLUDES = 100
 
 
@@ -99,6 +92,8 @@ class Transfers(TransferCore):
             )
         if not up and not options.dry_run:
             self._check_free_space(target, local, rprobe.size)
+        if up and dst.kind == "none" and has_glob(remote_name(remote)) and not options.dry_run:
+            await self._mkdir(target, None, remote)  # every wildcard component must exist (escape_glob)
         extra = [f"--exclude={p}" for p in options.excludes]
         if options.delete:
             extra.append("--delete")
@@ -193,6 +188,7 @@ class Transfers(TransferCore):
         literal = matched = files_done = 0
         if not is_tree and dst.kind == "file" and options.overwrite == "skip":
             outcome = RunOutcome(returncode=0)  # the one file exists: nothing to move
+            evidence = False
         elif method == "scp":
             outcome = await self._scp(
                 target, local, remote, up=up, options=options, hooks=hooks, total=src.size

@@ -45,7 +45,6 @@ __all__ = ["TransferCore", "rate", "strip_slashes"]
 
 _PLAIN_REMOTE = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._/+@,=%-")
 _LEFTOVER_S = 10.0
-_MAX_EXCLUDES = 100
 
 
 class TransferCore:
