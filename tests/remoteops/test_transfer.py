@@ -509,3 +509,43 @@ async def test_without_local_rsync_a_plain_file_goes_by_scp_and_a_tree_is_refuse
     with pytest.raises(MissingCapability) as tree:
         await tr.upload("root", "tree", str(env.remote / "tree"), TransferOptions(), NONE)
     assert (tree.value.capability, tree.value.side) == ("rsync", "local")
+
+
+@pytest.mark.sshd
+@pytest.mark.slow
+@pytest.mark.anyio
+async def test_a_cancelled_scp_transfer_leaves_no_scp_or_ssh_process(env: Env) -> None:
+    source = env.local / "scp-cancel.bin"
+    source.write_bytes(os.urandom(8 * 1024 * 1024))
+    started: set[int] = set()
+    seen = anyio.Event()
+    left: list[Leftover] = []
+
+    async def watch() -> None:  # scp reports no progress: sample the process table until scp shows up
+        while not started:
+            for pid in pids_with_arg(str(source)):
+                started.update(group_members(pid) | {pid})
+            await anyio.sleep(0.02)
+        seen.set()
+
+    options = TransferOptions(method="scp", bwlimit_kib_s=512)
+    with anyio.fail_after(60):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(watch)
+
+            async def copy() -> None:
+                await env.tr.upload(
+                    "root",
+                    source.name,
+                    str(env.remote / "s.bin"),
+                    options,
+                    TransferHooks(cancelled=left.append),
+                )
+
+            tg.start_soon(copy)
+            await seen.wait()
+            tg.cancel_scope.cancel()
+    assert len(started) >= 2  # scp and the ssh it started, one process group
+    assert not [pid for pid in started if running(pid)], "still running after the cancel"
+    assert left
+    assert left[0].resumable is False  # scp keeps no partial data to resume from
