@@ -36,7 +36,6 @@ class HealthOut(Output):
         description="Own tools disabled by the operator's toolset/include/exclude choice."
     )
     unavailable: dict[str, str] = Field(
-        default_factory=dict,
         description="Filtered-out tools the configuration cannot serve, with the reason.",
     )
     audit: AuditHealth
