@@ -115,9 +115,17 @@ async def _supervise(
     limit = _limit(ctx, requested)
     left: list[Leftover] = []
 
+    broken: list[str] = []
+
     async def progress(done: int, total: int | None) -> None:
+        if broken:
+            return
         shown = f"{done} of {total} bytes" if total is not None else f"{done} bytes"
-        await ctx.report_progress(float(done), float(total) if total is not None else None, shown)
+        try:
+            await ctx.report_progress(float(done), float(total) if total is not None else None, shown)
+        except Exception as exc:  # a client that stopped listening must not stop the transfer
+            broken.append(type(exc).__name__)
+            _log.debug("progress_not_delivered", tool=tool, request_id=ctx.request_id, error=broken[0])
 
     def cancelled(leftover: Leftover) -> None:
         left.append(leftover)
