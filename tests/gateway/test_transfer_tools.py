@@ -245,3 +245,45 @@ async def test_the_demo_has_a_local_root_in_its_directory_and_transfers_work_the
         assert (workdir / "uploaded.txt").read_bytes() == b"hello from the demo\n"
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
+
+
+@pytest.mark.sshd
+@pytest.mark.slow
+@pytest.mark.anyio
+async def test_a_call_the_client_cancels_stops_the_transfer_and_leaves_no_process(
+    gateway_client: ClientFactory, sshd: SshdInstance, tmp_path: Path, remote_dir: Path
+) -> None:
+    root = tmp_path / "root"
+    root.mkdir()
+    (root / "big").write_bytes(os.urandom(SIZE))
+    seen: set[int] = set()
+    moving = anyio.Event()
+
+    async def on_progress(progress: float, total: float | None, message: str | None) -> None:
+        for pid in pids_with_arg(str(root / "big")):
+            seen.update(group_members(pid) | {pid})
+        if progress > 0 and len(seen) >= 2:
+            moving.set()
+
+    async with gateway_client(**_config(sshd, root)) as (client, _):
+        args = {
+            "target": "root",
+            "local_path": "big",
+            "remote_path": str(remote_dir / "big"),
+            "bwlimit_kib_s": 512,  # 24 s to finish: far beyond the wait for the processes to go
+        }
+        with anyio.fail_after(60):
+            async with anyio.create_task_group() as tg:
+
+                async def call() -> None:
+                    await client.call_tool("remote_upload", args, progress_callback=on_progress)
+
+                tg.start_soon(call)
+                await moving.wait()
+                tg.cancel_scope.cancel()  # the client cancels its request (notifications/cancelled)
+            with anyio.fail_after(10):
+                while [pid for pid in seen if running(pid)]:  # noqa: ASYNC110 - the server reaps in its own time
+                    await anyio.sleep(0.05)
+            health = await client.call_tool("gateway_health", {})  # the gateway still answers
+            assert health.is_error is not True
+    assert not (remote_dir / "big").exists()  # never completed, so nothing claims to be the file
