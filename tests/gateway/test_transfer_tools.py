@@ -16,6 +16,7 @@ import anyio
 import jsonschema
 import pytest
 from mcp import Client, MCPError
+from structlog.testing import capture_logs
 
 from gateway._demo import demo_settings
 from gateway._redact import Redactor
@@ -265,14 +266,14 @@ async def test_a_call_the_client_cancels_stops_the_transfer_and_leaves_no_proces
         if progress > 0 and len(seen) >= 2:
             moving.set()
 
-    async with gateway_client(**_config(sshd, root)) as (client, _):
-        args = {
-            "target": "root",
-            "local_path": "big",
-            "remote_path": str(remote_dir / "big"),
-            "bwlimit_kib_s": 512,  # 24 s to finish: far beyond the wait for the processes to go
-        }
-        with anyio.fail_after(60):
+    args = {
+        "target": "root",
+        "local_path": "big",
+        "remote_path": str(remote_dir / "big"),
+        "bwlimit_kib_s": 512,  # 24 s to finish: far beyond the wait for the processes to go
+    }
+    with capture_logs() as logs, anyio.fail_after(60):
+        async with gateway_client(**_config(sshd, root)) as (client, _):
             async with anyio.create_task_group() as tg:
 
                 async def call() -> None:
@@ -282,8 +283,10 @@ async def test_a_call_the_client_cancels_stops_the_transfer_and_leaves_no_proces
                 await moving.wait()
                 tg.cancel_scope.cancel()  # the client cancels its request (notifications/cancelled)
             with anyio.fail_after(10):
-                while [pid for pid in seen if running(pid)]:  # noqa: ASYNC110 - the server reaps in its own time
+                while [pid for pid in seen if running(pid)]:  # noqa: ASYNC110 - the server reaps on its own
                     await anyio.sleep(0.05)
             health = await client.call_tool("gateway_health", {})  # the gateway still answers
             assert health.is_error is not True
     assert not (remote_dir / "big").exists()  # never completed, so nothing claims to be the file
+    (report,) = [e for e in logs if e["event"] == "transfer_cancelled"]  # what is left, said once
+    assert report["left_at_destination"]["destination"] == str(remote_dir / "big")
