@@ -10,7 +10,8 @@ local root in a temporary directory on local disk (``/tmp``), target user ``ro-p
 use the gateway's own master (its socket in the gateway's control directory), so both sides share one SSH
 connection; the raw commands are what an operator would type (``rsync -t SRC host:DST``,
 ``scp -o ControlPath=... SRC host:DST``). Every subject copies a fresh destination (removed before each
-copy, partial data included); subjects are interleaved per round so drift hits all alike. Gateway times
+copy, partial data included, and dirty pages are flushed before each timed copy); subjects are interleaved
+per round, raw and gateway taking turns to go first, so drift hits all alike. Gateway times
 are whole MCP calls (path probes, capability check, the copy, the result). Throughput = size / time;
 ratio = raw median time / gateway median time (1.00x = as fast as raw, higher is better).
 
@@ -58,6 +59,9 @@ PAIRS = (
     ("download", "rsync", "small"),
 )
 SMALL = 1024
+
+
+Subject = tuple[Path, Callable[[], Awaitable[None]]]  # (destination to clear, the timed call)
 
 
 @dataclass
@@ -156,7 +160,7 @@ async def _measure(sshd: SshdInstance, work: Path, size: int, rounds: int) -> li
             scp = ["scp", "-F", cfg, "-o", f"ControlPath={sock}", "-o", "ControlMaster=no", "-q"]
             up_dst, down_dst = remote / "up.bin", local_root / "down.bin"
 
-            def subjects(direction: str, method: str, which: str) -> dict[str, Callable[[], Awaitable[None]]]:
+            def subjects(direction: str, method: str, which: str) -> dict[str, Subject]:
                 src_local, src_remote = (
                     (big_local, big_remote) if which == "big" else (small_local, small_remote)
                 )
@@ -176,26 +180,35 @@ async def _measure(sshd: SshdInstance, work: Path, size: int, rounds: int) -> li
                 }
 
                 async def raw() -> None:
-                    _clean(dst)
                     await anyio.to_thread.run_sync(_run, raw_argv)
 
                 async def gateway() -> None:
-                    _clean(dst)
                     await tool(f"remote_{direction}", args)
 
                 return {
-                    _name("raw", direction, method, which): raw,
-                    _name("gw", direction, method, which): gateway,
+                    _name("raw", direction, method, which): (dst, raw),
+                    _name("gw", direction, method, which): (dst, gateway),
                 }
 
-            plan = {name: call for pair in PAIRS for name, call in subjects(*pair).items()}
-            for call in plan.values():  # one untimed pass of each
+            async def timed(dst: Path, call: Callable[[], Awaitable[None]]) -> float:
+                """Remove the destination and flush every dirty page first (untimed): no subject pays for
+                the write-back of the one before it."""
+                _clean(dst)
+                await anyio.to_thread.run_sync(os.sync)
+                started = time.perf_counter()
                 await call()
-            for _ in range(rounds):
-                for name, call in plan.items():
-                    started = time.perf_counter()
-                    await call()
-                    times.setdefault(name, []).append(time.perf_counter() - started)
+                return time.perf_counter() - started
+
+            pairs = [list(subjects(*pair).items()) for pair in PAIRS]
+            for pair in pairs:  # one untimed pass of each
+                for _, (dst, call) in pair:
+                    await timed(dst, call)
+            for index in range(rounds):
+                for pair in pairs:
+                    for name, (dst, call) in (
+                        pair if index % 2 == 0 else reversed(pair)
+                    ):  # alternate who leads
+                        times.setdefault(name, []).append(await timed(dst, call))
             _clean(up_dst, down_dst)
     rows: list[Row] = []
     for direction, method, which in PAIRS:

@@ -136,13 +136,12 @@ class Transfers(TransferCore):
         up = direction == "up"
         local = self.roots.resolve(local_path, target=target)
         remote = validate_remote_path(strip_slashes(remote_path), target=target)
-        lprobe, tree = await local_probe(local)
         # a new remote file named like a wildcard pattern is written under a stable plain name, then renamed
-        staged = (
-            staged_name(remote) if up and lprobe.kind == "file" and has_glob(remote_name(remote)) else None
-        )
+        staged = staged_name(remote) if up and has_glob(remote_name(remote)) else None
         partial_name = remote_name(staged) if staged is not None else None
-        rprobe = await remote_probe(self._ops, target, remote, partial_name)
+        lprobe, tree, rprobe = await self._probes(target, local, remote, partial_name)
+        if lprobe.kind != "file":
+            staged = partial_name = None  # a tree's own directory is created first instead
         src, dst = (lprobe, rprobe) if up else (rprobe, lprobe)
         src_path, dst_path = (str(local), remote) if up else (remote, str(local))
         src_side: Side = "local" if up else "remote"

@@ -35,7 +35,7 @@ from ._transfer_paths import (
     scp_options,
     ssh_prefix,
 )
-from ._transfer_probe import local_probe, remote_probe
+from ._transfer_probe import LocalTree, Probe, local_probe, remote_probe
 from ._transfer_run import RunOutcome, failure, run_tool
 
 if TYPE_CHECKING:
@@ -61,6 +61,30 @@ class TransferCore:
     @property
     def enabled(self) -> bool:
         return bool(self.roots)
+
+    async def _probes(
+        self, target: str, local: Path, remote: str, partial_name: str | None
+    ) -> tuple[Probe, LocalTree | None, Probe]:
+        """Both ends at once: the local walk runs while the remote probe is on the wire."""
+        local_found: list[tuple[Probe, LocalTree | None]] = []
+        failed: list[Exception] = []  # raised as itself below, never wrapped in an exception group
+
+        async def local_side() -> None:
+            try:
+                local_found.append(await local_probe(local))
+            except Exception as exc:
+                failed.append(exc)
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(local_side)
+            try:
+                rprobe = await remote_probe(self._ops, target, remote, partial_name)
+            except Exception as exc:
+                failed.append(exc)
+        if failed:
+            raise failed[0]
+        lprobe, tree = local_found[0]
+        return lprobe, tree, rprobe
 
     async def _need_rsync(self, target: str) -> None:
         if shutil.which(self._settings.rsync_binary) is None:
