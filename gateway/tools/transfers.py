@@ -147,6 +147,7 @@ async def _supervise(
             f"the transfer was stopped at its time limit ({limit:g} s); every process it started is gone",
             details={
                 "time_limit_s": limit,
+                "copy_started": bool(left),  # False: stopped while probing, nothing was written
                 "left_at_destination": left[0].model_dump(mode="json") if left else None,
             },
         )

@@ -206,16 +206,18 @@ async def test_a_transfer_stopped_by_its_time_limit_says_what_is_left_and_leaves
             seen.update(group_members(pid) | {pid})
 
     async with gateway_client(**_config(sshd, root)) as (client, _):
+        _ok(await client.call_tool("target_capabilities", {"target": "root"}))  # the copy's checks are warm
         args = {
             "target": "root",
             "local_path": "big",
             "remote_path": str(remote_dir / "big"),
-            "bwlimit_kib_s": 1024,
-            "timeout_s": 4,
+            "bwlimit_kib_s": 512,  # 24 s to finish; the limit stops it well before
+            "timeout_s": 8,
         }
         with anyio.fail_after(60):
             error = _err(await client.call_tool("remote_download", args, progress_callback=on_progress))
     assert error["code"] == "timeout"
+    assert error["details"]["copy_started"] is True
     left = error["details"]["left_at_destination"]
     assert left["resumable"] is True
     assert 0 < left["partial_bytes"] < SIZE
