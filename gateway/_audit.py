@@ -306,6 +306,7 @@ class AuditLog:
         arguments: Any,
         incident: str | None = None,
         identity: dict[str, Any] | None = None,
+        facts: Any = None,
     ) -> None:
         """``identity``: the typed principal (kind, subject, client id, scopes) next to its label."""
         self._log.info(
@@ -322,6 +323,7 @@ class AuditLog:
             arguments=self._redactor.arguments(arguments),
             **({"incident": incident} if incident else {}),
             **({"identity": identity} if identity else {}),
+            **({"facts": facts} if facts else {}),
         )
 
     def status(self) -> dict[str, Any]:

@@ -4,7 +4,7 @@ how to report progress."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from gateway._policy import Policy, Principal
 from upstream import ProgressCallback
@@ -33,3 +33,6 @@ class ToolContext:
 
     def visible_targets(self, names: list[str]) -> list[str]:
         return self.policy.visible_targets(self.identity, names)
+
+    audit_facts: dict[str, Any] = field(default_factory=dict)
+    """Facts a tool adds to its call's audit record (e.g. a transfer's paths, sizes and hashes)."""

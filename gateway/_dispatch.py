@@ -207,6 +207,7 @@ async def dispatch_call(
     outcome, code, incident = "cancelled", None, None
     # Every log line of this call (ours, the runtime's, the relay's) names the caller and the request.
     log_context = structlog.contextvars.bind_contextvars(principal=principal.label, request_id=request_id)
+    facts: dict[str, Any] = {}
     try:
         policy.check_call(principal, tool=name, toolset=toolset, target=target if own is not None else None)
         cap = rt.settings.server.max_argument_bytes
@@ -231,6 +232,7 @@ async def dispatch_call(
                 principal=principal.label,
                 identity=principal,
                 policy=policy,
+                audit_facts=facts,
             )
             if report_progress is not None:
                 ctx = dataclasses.replace(ctx, report_progress=report_progress)
@@ -280,5 +282,6 @@ async def dispatch_call(
             arguments=arguments,
             incident=incident,
             identity=principal.audit_fields(),
+            facts=facts or None,
         )
         structlog.contextvars.reset_contextvars(**log_context)

@@ -18,10 +18,14 @@ import structlog
 from gateway._errors import ErrorCode, ToolFailure
 from remoteops import (
     AuthError,
+    ChecksumMismatch,
     CommandTimeout,
     ConnectError,
+    DestinationExists,
     HostKeyError,
     InvalidRequest,
+    MissingCapability,
+    PathNotFound,
     PolicyDenied,
     ProbeError,
     RemoteOpsError,
@@ -30,6 +34,8 @@ from remoteops import (
     TaskConflict,
     TaskNotFound,
     TaskRemoteError,
+    TransferFailed,
+    TransferPathError,
     TransportError,
     TransportLost,
     UnknownTarget,
@@ -96,6 +102,12 @@ REMOTE_CODES: tuple[tuple[type[RemoteOpsError], ErrorCode], ...] = (
     (RemoteShellError, ErrorCode.REMOTE_NONZERO_EXIT),
     (CommandTimeout, ErrorCode.TIMEOUT),
     (ProbeError, ErrorCode.MISSING_REMOTE_CAPABILITY),
+    (ChecksumMismatch, ErrorCode.CHECKSUM_MISMATCH),
+    (MissingCapability, ErrorCode.MISSING_REMOTE_CAPABILITY),
+    (DestinationExists, ErrorCode.CONFLICT),
+    (PathNotFound, ErrorCode.NOT_FOUND),
+    (TransferPathError, ErrorCode.CONFLICT),
+    (TransferFailed, ErrorCode.REMOTE_NONZERO_EXIT),
     (TransportError, ErrorCode.CONNECT_ERROR),
 )
 """Explicit classification, most specific first; an unlisted direct subclass of ``RemoteOpsError``
@@ -122,6 +134,16 @@ def _remote(exc: RemoteOpsError) -> ToolFailure:
         "task_id",
         "state",
         "tool",
+        "path",
+        "side",
+        "capability",
+        "mismatched",
+        "destination_action",
+        "aside",
+        "leftover",
+        "needed_bytes",
+        "available_bytes",
+        "floor_bytes",
     )
     for field in fields:
         if hasattr(exc, field):

@@ -22,7 +22,7 @@ from gateway._redact import Redactor
 from gateway._relay import Relay
 from gateway._version import __version__
 from gateway.config import Settings
-from remoteops import RemoteOps, RemoteTasks, StateStore
+from remoteops import RemoteOps, RemoteTasks, StateStore, Transfers
 
 __all__ = ["Identity", "Runtime"]
 
@@ -48,6 +48,7 @@ class Runtime:
             toolsets=settings.tools.toolsets,
             include=settings.tools.include,
             exclude=settings.tools.exclude,
+            settings=settings,
         )
         self.redactor = redactor or Redactor()
         self.identity = Identity(
@@ -65,6 +66,7 @@ class Runtime:
         self.remote = RemoteOps(settings.transport, settings.targets)
         self.state = StateStore(settings.state_dir)
         self.tasks = RemoteTasks(self.remote, self.state, settings.tasks, settings.transport)
+        self.transfers = Transfers(self.remote, settings.transport, settings.transfers)
         self.relay = Relay(
             settings.upstreams,
             own_names=frozenset(self.catalog.enabled),

@@ -38,6 +38,9 @@ class HealthOut(Output):
     filtered_out: list[str] = Field(
         description="Own tools disabled by the operator's toolset/include/exclude choice."
     )
+    unavailable: dict[str, str] = Field(
+        description="Filtered-out tools the configuration cannot serve, with the reason.",
+    )
     audit: AuditHealth
     transport: dict[str, Any] = Field(
         description="ControlMaster pool counters and multiplex state; per target its carrier (agent | ssh)."
@@ -60,6 +63,7 @@ async def gateway_health(ctx: ToolContext, _: HealthIn) -> HealthOut:
         own_tools=len(rt.catalog.enabled),
         relayed_tools=rt.relay.tool_count(),
         filtered_out=list(rt.catalog.filtered_out),
+        unavailable=dict(rt.catalog.unavailable),
         audit=AuditHealth.model_validate(rt.audit.status()),
         transport=rt.remote.stats().model_dump(mode="json"),
         upstreams=rt.redactor.any(rt.relay.health()),  # last errors may quote credentials

@@ -227,6 +227,7 @@ HEALTH_FIELDS = {
     "own_tools",
     "relayed_tools",
     "filtered_out",
+    "unavailable",
     "audit",
     "transport",
     "upstreams",
