@@ -32,6 +32,7 @@ from remoteops import (
     RemoteShellError,
     TaskCapabilityMissing,
     TaskConflict,
+    TaskError,
     TaskNotFound,
     TaskRemoteError,
     TransferFailed,
@@ -94,6 +95,7 @@ REMOTE_CODES: tuple[tuple[type[RemoteOpsError], ErrorCode], ...] = (
     (TaskConflict, ErrorCode.CONFLICT),
     (TaskCapabilityMissing, ErrorCode.MISSING_REMOTE_CAPABILITY),
     (TaskRemoteError, ErrorCode.REMOTE_NONZERO_EXIT),
+    (TaskError, ErrorCode.REMOTE_NONZERO_EXIT),  # the family's base: a task step failed on the target
     (UnknownTarget, ErrorCode.UNKNOWN_TARGET),
     (HostKeyError, ErrorCode.HOST_KEY_ERROR),
     (AuthError, ErrorCode.AUTH_ERROR),
