@@ -18,7 +18,7 @@ from mcp.client.streamable_http import streamable_http_client
 
 from gateway._catalog import Toolset
 from gateway._dispatch import error_payload
-from gateway.tools import all_specs
+from gateway.tools import all_specs, transfers
 from tests.fixtures.gateway_proc import GatewayProcess, run_gateway
 from tests.fixtures.node_tools import InstalledTool
 from tests.fixtures.oauth_server import INTROSPECTION_CLIENT, AuthServer, run_auth_server
@@ -41,7 +41,10 @@ INIT = {
 ACCEPT = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
 # From the catalog, so tools that other toolsets gain later are covered without naming them here.
 INSPECT_TOOLS = {spec.name for spec in all_specs() if spec.toolset is Toolset.INSPECT}
-EXECUTE_TOOLS = {spec.name for spec in all_specs() if spec.toolset is Toolset.EXECUTE}
+# The transfer tools are offered only with [transfers] local_roots, which these gateways do not configure.
+EXECUTE_TOOLS = {spec.name for spec in all_specs() if spec.toolset is Toolset.EXECUTE} - {
+    spec.name for spec in transfers.SPECS
+}
 
 
 def _secret_file(path: Path, value: str) -> Path:
