@@ -1,5 +1,7 @@
 """The audit log: one canonical JSON line per tool call, written through structlog with size rotation.
 
+Relayed resource reads and prompt gets leave one record each too (``relayed_request``).
+
 Every record passes the one redaction path (:class:`gateway._redact.Redactor`) before it is rendered.
 """
 
@@ -110,6 +112,37 @@ class AuditLog:
             error_code=error_code,
             duration_ms=round(duration_ms, 3),
             arguments=self._redactor.arguments(arguments),
+            **({"incident": incident} if incident else {}),
+        )
+
+    def relayed_request(
+        self,
+        event: str,
+        *,
+        request_id: str,
+        principal: str,
+        upstream: str | None,
+        subject: dict[str, str],
+        outcome: str,
+        error_code: str | None,
+        duration_ms: float,
+        arguments: dict[str, Any] | None,
+        incident: str | None = None,
+    ) -> None:
+        """One record per relayed request that is not a tool call (``resource_read``, ``prompt_get``):
+        ``subject`` names it (``{"uri": ...}``, ``{"prompt": ...}``); argument values arrive digested."""
+        self._log.info(
+            event,
+            time=datetime.now(UTC).isoformat(timespec="milliseconds"),
+            request_id=request_id,
+            principal=principal,
+            toolset="upstream",
+            upstream=upstream,
+            **subject,
+            outcome=outcome,
+            error_code=error_code,
+            duration_ms=round(duration_ms, 3),
+            arguments=arguments,
             **({"incident": incident} if incident else {}),
         )
 

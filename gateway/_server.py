@@ -26,6 +26,7 @@ from mcp.shared.message import ServerMessageMetadata
 
 from gateway._dispatch import dispatch_call
 from gateway._runtime import Runtime
+from gateway._server_surface import register_surface
 from upstream import ElicitCallback
 
 __all__ = ["GatewayServer", "build_server"]
@@ -146,4 +147,5 @@ def build_server(rt: Runtime, *, stdio_principal: str | None = None) -> GatewayS
         on_call_tool=on_call_tool,
     )
     server.runtime = rt
+    register_surface(server, rt, principal)  # resources, prompts, completions: gateway._server_surface
     return server

@@ -21,6 +21,7 @@ from pydantic import ValidationError
 
 from upstream._calls import Outcome, classify
 from upstream._connection import Abandoned
+from upstream._errors import UpstreamClosed
 from upstream._surface import SurfaceKind, list_all, supports
 
 if TYPE_CHECKING:
@@ -57,6 +58,17 @@ class UpstreamSurface:
     @property
     def can_complete(self) -> bool:
         return self.capabilities is not None and self.capabilities.completions is not None
+
+    async def learn(self) -> None:
+        """If the upstream has never connected, wait (bounded by `call_wait_s`) for its first working
+        connection, so its capabilities and lists are known. Never raises for an unreachable upstream."""
+        if self.capabilities is not None:
+            return
+        with anyio.move_on_after(self._up.settings.call_wait_s):
+            try:
+                await self._up._sup.wait_connection()
+            except UpstreamClosed:
+                return
 
     # ----------------------------------------------------------------- lists
 
