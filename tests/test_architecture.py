@@ -52,6 +52,9 @@ PUBLIC = {
         "SecretCallback",
         "StderrCallback",
         "StderrLine",
+        "SurfaceCallback",
+        "SurfaceKind",
+        "SurfaceNotice",
         "ToolsChangedCallback",
         "Upstream",
         "UpstreamAmbiguous",
@@ -64,6 +67,7 @@ PUBLIC = {
         "UpstreamSessionLost",
         "UpstreamSettings",
         "UpstreamState",
+        "UpstreamSurface",
         "UpstreamUnavailable",
     },
     "remoteops": {
