@@ -38,7 +38,8 @@ class HealthOut(Output):
     audit: AuditHealth
     transport: dict[str, Any] = Field(description="ControlMaster pool counters and multiplex state.")
     upstreams: list[dict[str, Any]] = Field(
-        description="Per upstream: state, identity, counters, dropped/renamed."
+        description="Per upstream: state, identity, counters, dropped/renamed tools; relayed resource, "
+        "template and prompt counts, capabilities, surface_dropped/surface_renamed."
     )
 
 
