@@ -32,7 +32,7 @@ from upstream import SurfaceNotice, Upstream
 if TYPE_CHECKING:
     from gateway._runtime import Runtime
 
-__all__ = ["register_surface"]
+__all__ = ["SurfaceHandlers", "register_surface"]
 
 _log = structlog.get_logger("gateway.server")
 _NOTIFY_TIMEOUT_S: Final = 5.0
@@ -115,74 +115,89 @@ async def _served(ctx: Ctx) -> None:
         raise MCPError(types.METHOD_NOT_FOUND, "Method not found")
 
 
-def register_surface(server: Server[Runtime], rt: Runtime, principal: Callable[[], str]) -> None:
-    """Add the handlers and the capability middleware to ``server``; forward ``rt``'s upstream notices."""
-    clients = _Clients()
+class SurfaceHandlers:
+    """The handlers, one method each (as ``GatewayServer``'s own); the runtime comes from the context."""
 
-    async def list_resources(ctx: Ctx, params: types.PaginatedRequestParams) -> types.ListResourcesResult:
-        clients.remember(ctx)
+    def __init__(self, principal: Callable[[], str]) -> None:
+        self._principal = principal
+        self.clients = _Clients()
+
+    async def _enter(self, ctx: Ctx) -> Connection:
+        connection = self.clients.remember(ctx)
         await _served(ctx)
+        return connection
+
+    async def on_list_resources(
+        self, ctx: Ctx, params: types.PaginatedRequestParams
+    ) -> types.ListResourcesResult:
+        await self._enter(ctx)
         return types.ListResourcesResult(resources=await ctx.lifespan_context.relay.surface.list_resources())
 
-    async def list_templates(
-        ctx: Ctx, params: types.PaginatedRequestParams
+    async def on_list_resource_templates(
+        self, ctx: Ctx, params: types.PaginatedRequestParams
     ) -> types.ListResourceTemplatesResult:
-        clients.remember(ctx)
-        await _served(ctx)
+        await self._enter(ctx)
         templates = await ctx.lifespan_context.relay.surface.list_resource_templates()
         return types.ListResourceTemplatesResult(resource_templates=templates)
 
-    async def read(ctx: Ctx, params: types.ReadResourceRequestParams) -> types.ReadResourceResult:
-        clients.remember(ctx)
-        await _served(ctx)
-        return await dispatch.read_resource(ctx.lifespan_context, params, principal=principal())
+    async def on_read_resource(
+        self, ctx: Ctx, params: types.ReadResourceRequestParams
+    ) -> types.ReadResourceResult:
+        await self._enter(ctx)
+        return await dispatch.read_resource(ctx.lifespan_context, params, principal=self._principal())
 
-    async def list_prompts(ctx: Ctx, params: types.PaginatedRequestParams) -> types.ListPromptsResult:
-        clients.remember(ctx)
-        await _served(ctx)
+    async def on_list_prompts(
+        self, ctx: Ctx, params: types.PaginatedRequestParams
+    ) -> types.ListPromptsResult:
+        await self._enter(ctx)
         return types.ListPromptsResult(prompts=await ctx.lifespan_context.relay.surface.list_prompts())
 
-    async def get_prompt(ctx: Ctx, params: types.GetPromptRequestParams) -> types.GetPromptResult:
-        clients.remember(ctx)
-        await _served(ctx)
-        return await dispatch.get_prompt(ctx.lifespan_context, params, principal=principal())
+    async def on_get_prompt(self, ctx: Ctx, params: types.GetPromptRequestParams) -> types.GetPromptResult:
+        await self._enter(ctx)
+        return await dispatch.get_prompt(ctx.lifespan_context, params, principal=self._principal())
 
-    async def complete(ctx: Ctx, params: types.CompleteRequestParams) -> types.CompleteResult:
-        clients.remember(ctx)
-        await _served(ctx)
+    async def on_completion(self, ctx: Ctx, params: types.CompleteRequestParams) -> types.CompleteResult:
+        await self._enter(ctx)
         return await dispatch.complete(ctx.lifespan_context, params)
 
-    async def subscribe(ctx: Ctx, params: types.SubscribeRequestParams) -> types.EmptyResult:
-        connection = clients.remember(ctx)
-        await _served(ctx)
-        uri = params.uri
+    async def on_subscribe_resource(
+        self, ctx: Ctx, params: types.SubscribeRequestParams
+    ) -> types.EmptyResult:
+        connection = await self._enter(ctx)
+        clients, uri = self.clients, params.uri
         subscribed = clients.subscribers.setdefault(uri, weakref.WeakSet())
-        if uri not in clients.upstream_of or not subscribed:
+        if uri not in clients.upstream_of or not subscribed:  # the first subscriber subscribes upstream
             clients.upstream_of[uri] = await dispatch.subscribe(ctx.lifespan_context, uri)
         subscribed.add(connection)
         return types.EmptyResult()
 
-    async def unsubscribe(ctx: Ctx, params: types.UnsubscribeRequestParams) -> types.EmptyResult:
-        connection = clients.remember(ctx)
-        await _served(ctx)
-        uri = params.uri
+    async def on_unsubscribe_resource(
+        self, ctx: Ctx, params: types.UnsubscribeRequestParams
+    ) -> types.EmptyResult:
+        connection = await self._enter(ctx)
+        clients, uri = self.clients, params.uri
         subscribed = clients.subscribers.get(uri)
         if subscribed is not None:
             subscribed.discard(connection)
-            if not subscribed:
+            if not subscribed:  # the last subscriber ends the upstream subscription
                 del clients.subscribers[uri]
                 up = clients.upstream_of.pop(uri, None)
                 if up is not None:
                     await dispatch.unsubscribe(ctx.lifespan_context, up, uri)
         return types.EmptyResult()
 
-    server.add_request_handler("resources/list", types.PaginatedRequestParams, list_resources)
-    server.add_request_handler("resources/templates/list", types.PaginatedRequestParams, list_templates)
-    server.add_request_handler("resources/read", types.ReadResourceRequestParams, read)
-    server.add_request_handler("resources/subscribe", types.SubscribeRequestParams, subscribe)
-    server.add_request_handler("resources/unsubscribe", types.UnsubscribeRequestParams, unsubscribe)
-    server.add_request_handler("prompts/list", types.PaginatedRequestParams, list_prompts)
-    server.add_request_handler("prompts/get", types.GetPromptRequestParams, get_prompt)
-    server.add_request_handler("completion/complete", types.CompleteRequestParams, complete)
+
+def register_surface(server: Server[Runtime], rt: Runtime, principal: Callable[[], str]) -> None:
+    """Add the handlers and the capability middleware to ``server``; forward ``rt``'s upstream notices."""
+    handlers = SurfaceHandlers(principal)
+    add = server.add_request_handler
+    add("resources/list", types.PaginatedRequestParams, handlers.on_list_resources)
+    add("resources/templates/list", types.PaginatedRequestParams, handlers.on_list_resource_templates)
+    add("resources/read", types.ReadResourceRequestParams, handlers.on_read_resource)
+    add("resources/subscribe", types.SubscribeRequestParams, handlers.on_subscribe_resource)
+    add("resources/unsubscribe", types.UnsubscribeRequestParams, handlers.on_unsubscribe_resource)
+    add("prompts/list", types.PaginatedRequestParams, handlers.on_list_prompts)
+    add("prompts/get", types.GetPromptRequestParams, handlers.on_get_prompt)
+    add("completion/complete", types.CompleteRequestParams, handlers.on_completion)
     server.middleware.append(_capabilities_from_upstreams)
-    rt.relay.surface.add_listener(clients.forward)
+    rt.relay.surface.add_listener(handlers.clients.forward)
