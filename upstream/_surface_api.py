@@ -19,7 +19,7 @@ import mcp_types as types
 from mcp.shared.exceptions import MCPError
 from pydantic import ValidationError
 
-from upstream._calls import Outcome, classify
+from upstream._calls import Outcome, classify, leg_meta
 from upstream._connection import Abandoned
 from upstream._errors import UpstreamClosed
 from upstream._surface import SurfaceKind, list_all, supports
@@ -28,12 +28,6 @@ if TYPE_CHECKING:
     from upstream._upstream import Upstream
 
 __all__ = ["UpstreamSurface"]
-
-
-def _without_progress(meta: Mapping[str, Any] | None) -> dict[str, Any] | None:
-    """A caller's progressToken belongs to the caller's leg, not to the upstream's."""
-    kept = {k: v for k, v in (meta or {}).items() if k not in ("progressToken", "progress_token")}
-    return kept or None
 
 
 class UpstreamSurface:
@@ -120,7 +114,7 @@ class UpstreamSurface:
     ) -> types.ReadResourceResult:
         """Relay one resources/read; the result comes back unchanged."""
         params = types.ReadResourceRequestParams.model_validate(
-            {"uri": uri, **({"_meta": m} if (m := _without_progress(meta)) else {})}, by_alias=True
+            {"uri": uri, **({"_meta": m} if (m := leg_meta(meta)) else {})}, by_alias=True
         )
         request = types.ReadResourceRequest(params=params)
         return await self._up.relay(request, types.ReadResourceResult, subject=uri)
@@ -136,7 +130,7 @@ class UpstreamSurface:
         wire: dict[str, Any] = {"name": name}
         if arguments is not None:
             wire["arguments"] = dict(arguments)
-        if m := _without_progress(meta):
+        if m := leg_meta(meta):
             wire["_meta"] = m
         params = types.GetPromptRequestParams.model_validate(wire, by_alias=True)
         request = types.GetPromptRequest(params=params)
@@ -144,7 +138,7 @@ class UpstreamSurface:
 
     async def complete(self, params: types.CompleteRequestParams) -> types.CompleteResult:
         """Relay one completion/complete (the caller has already named the upstream's own ref)."""
-        params = params.model_copy(update={"meta": _without_progress(params.meta)})
+        params = params.model_copy(update={"meta": leg_meta(params.meta)})
         subject = getattr(params.ref, "name", None) or getattr(params.ref, "uri", "") or "completion"
         request = types.CompleteRequest(params=params)
         limit = self._up.settings.list_timeout_s

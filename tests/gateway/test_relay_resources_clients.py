@@ -1,5 +1,6 @@
 """The MCP Inspector CLI (``@modelcontextprotocol/inspector@2.12.0``) reads libtmux-mcp's relayed resource
-templates, prompts, a resource and a prompt through the real gateway process over bearer-authenticated HTTP.
+templates, prompts, a resource and a prompt through the real gateway process over bearer-authenticated HTTP,
+in both protocol eras (handshake and 2026-07-28).
 
 What it prints must equal what a direct Python client of libtmux-mcp gets (same tmux server).
 """
@@ -85,16 +86,31 @@ def direct(socket: str) -> dict[str, Any]:
     return result
 
 
+@pytest.mark.parametrize("era", ["legacy", "modern"])
 def test_the_inspector_cli_lists_reads_and_gets_the_relayed_templates_and_prompts(
-    inspector: InstalledTool, gateway: GatewayProcess, tmux_with_session: str, tmp_path: Path
+    inspector: InstalledTool, gateway: GatewayProcess, tmux_with_session: str, tmp_path: Path, era: str
 ) -> None:
-    templates = inspect(inspector, gateway, tmp_path, "--method", "resources/templates/list")
-    prompts = inspect(inspector, gateway, tmp_path, "--method", "prompts/list")
-    read = inspect(inspector, gateway, tmp_path, "--method", "resources/read", "--uri", "tmux://sessions")
+    templates = inspect(
+        inspector, gateway, tmp_path, "--protocol-era", era, "--method", "resources/templates/list"
+    )
+    prompts = inspect(inspector, gateway, tmp_path, "--protocol-era", era, "--method", "prompts/list")
+    read = inspect(
+        inspector,
+        gateway,
+        tmp_path,
+        "--protocol-era",
+        era,
+        "--method",
+        "resources/read",
+        "--uri",
+        "tmux://sessions",
+    )
     prompt = inspect(
         inspector,
         gateway,
         tmp_path,
+        "--protocol-era",
+        era,
         "--method",
         "prompts/get",
         "--prompt-name",
