@@ -17,7 +17,6 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 import anyio
-import httpx
 import structlog
 import uvicorn
 from mcp.server.stdio import stdio_server
@@ -109,6 +108,8 @@ async def _watchdog(notifier: Notifier, stopping: anyio.Event, health_url: str) 
     if interval is None:
         await stopping.wait()
         return
+    import httpx  # only a systemd watchdog needs it: stdio start-up does not pay for it
+
     async with httpx.AsyncClient(timeout=httpx.Timeout(min(interval, 2.0))) as client:
         while not stopping.is_set():
             try:

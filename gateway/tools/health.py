@@ -20,7 +20,10 @@ class HealthIn(Input):
 class AuditHealth(Output):
     path: str
     records_written: int
-    healthy: bool
+    records_failed: int = Field(description="Records the file refused (write errors); never silent.")
+    records_dropped: int = Field(description="Records dropped because the write queue was full.")
+    records_pending: int = Field(description="Records queued, not yet on disk.")
+    healthy: bool = Field(description="False while writes fail or records are dropped.")
     last_error: str | None
 
 

@@ -1,0 +1,129 @@
+"""The acceptance command in quick mode, as CI runs it: ``python -m acceptance --quick``. Its report must say
+every implemented phase passed (or was skipped with its reason), every unbuilt capability is ``not_built``
+(never passed), each phase verified its cleanup, and the run left nothing behind."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from acceptance._registry import REGISTRY
+from acceptance._runner import selected_phases
+
+pytestmark = [pytest.mark.slow, pytest.mark.sshd]
+
+ROOT = Path(__file__).resolve().parents[1]
+UNBUILT = {"files", "transfers", "forwards", "tasks", "sessions", "root", "oauth", "agent_channel"}
+IMPLEMENTED = {
+    "exec",
+    "multiplex",
+    "isolation",
+    "classification",
+    "upstream_restart",
+    "reconnect_storm",
+    "auth_guard",
+    "conformance",
+    "systemd",
+    "burn_in",
+    "redaction",
+}
+QUICK_BUDGET_S = 240.0
+"""A ceiling for a loaded shared machine; the quick run takes ~80 s on an idle 2-core VM."""
+
+
+@pytest.fixture(scope="module")
+def report(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    if sys.platform != "linux":
+        pytest.skip("the acceptance suite drives Linux-only peers (sshd, /proc, namespaces)")
+    out = tmp_path_factory.mktemp("acceptance")
+    run = subprocess.run(
+        [sys.executable, "-m", "acceptance", "--quick", "--out", str(out)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=QUICK_BUDGET_S + 120,
+        check=False,
+        stdin=subprocess.DEVNULL,
+    )
+    json_path, md_path = out / "acceptance-report.json", out / "acceptance-report.md"
+    assert json_path.exists(), f"exit {run.returncode}\n{run.stdout}\n{run.stderr[-6000:]}"
+    data: dict[str, Any] = json.loads(json_path.read_text(encoding="utf-8"))
+    data["_markdown"] = md_path.read_text(encoding="utf-8")
+    data["_returncode"] = run.returncode
+    data["_stderr"] = run.stderr[-6000:]
+    return data
+
+
+def _phases(report: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {p["name"]: p for p in report["phases"]}
+
+
+def test_the_quick_run_names_every_registered_phase_once_in_registry_order(report: dict[str, Any]) -> None:
+    selected_phases()
+    assert [p["name"] for p in report["phases"]] == [p.name for p in REGISTRY]
+    assert set(_phases(report)) == IMPLEMENTED | UNBUILT
+
+
+def test_every_implemented_phase_passed_or_was_skipped_with_its_reason(report: dict[str, Any]) -> None:
+    problems = {
+        name: {k: p.get(k) for k in ("status", "reason", "error")}
+        for name, p in _phases(report).items()
+        if name in IMPLEMENTED and not (p["status"] == "passed" or (p["status"] == "skipped" and p["reason"]))
+    }
+    assert problems == {}, f"{json.dumps(problems, indent=2)}\n{report['_stderr']}"
+    assert report["ok"] is True
+    assert report["_returncode"] == 0
+
+
+def test_unbuilt_capabilities_are_reported_not_built_with_a_reason_never_passed(
+    report: dict[str, Any],
+) -> None:
+    phases = _phases(report)
+    for name in UNBUILT:
+        assert phases[name]["status"] == "not_built", phases[name]
+        assert phases[name]["reason"], phases[name]
+    assert report["counts"]["not_built"] == len(UNBUILT)
+
+
+def test_each_phase_that_ran_reports_figures_and_verified_its_cleanup(report: dict[str, Any]) -> None:
+    for name, phase in _phases(report).items():
+        if phase["status"] != "passed":
+            continue
+        assert phase["figures"], f"{name} reported no figures"
+        assert phase["duration_s"] > 0, name
+        assert phase["cleanup_ok"] is True, (name, phase["cleanup"])
+    created = [c for p in report["phases"] for c in p["cleanup"]]
+    assert len(created) >= 8, "phases that create things must register them for the cleanup check"
+    assert report["final_cleanup"], "the run-wide cleanup was not checked"
+    assert all(c["ok"] for c in report["final_cleanup"]), report["final_cleanup"]
+
+
+def test_the_figures_hold_what_the_phases_promise(report: dict[str, Any]) -> None:
+    phases = _phases(report)
+    if phases["reconnect_storm"]["status"] == "passed":
+        storm = phases["reconnect_storm"]["figures"]
+        assert (storm["waiters"], storm["unavailable"], storm["reconnects"]) == (50, 50, 1)
+        assert storm["attempts_in_flight_max"] == 1
+    if phases["redaction"]["status"] == "passed":
+        assert phases["redaction"]["figures"]["hits"] == 0
+        assert phases["redaction"]["figures"]["outputs_searched"] >= 5
+    if phases["multiplex"]["status"] == "passed":
+        assert phases["multiplex"]["figures"]["masters_created"] == 0
+    if phases["systemd"]["status"] == "passed":
+        service = phases["systemd"]["figures"]
+        assert service["sigstop_to_restart_s"] <= service["watchdog_sec"] + 1.0
+        assert service["exit"] == "success exited 0"
+        assert service["host_sysctls_unchanged"] is True
+    assert report["duration_s"] < QUICK_BUDGET_S
+
+
+def test_the_markdown_report_has_a_row_per_phase(report: dict[str, Any]) -> None:
+    markdown = report["_markdown"]
+    for name, phase in _phases(report).items():
+        row = next(line for line in markdown.splitlines() if line.startswith(f"| `{name}`"))
+        assert f"| {phase['status']}" in row, row
