@@ -218,3 +218,32 @@ async def test_without_an_upstream_that_has_them_no_resource_prompt_or_completio
     assert capabilities.tools is not None
     assert (capabilities.resources, capabilities.prompts, capabilities.completions) == (None, None, None)
     assert resources.value.error.code == prompts.value.error.code == types.METHOD_NOT_FOUND
+
+
+async def subscribed_upstream(fault: FaultServer) -> list[str]:
+    """Poll the fault upstream's subscription file until it names a URI (the caller bounds it; the
+    re-subscription is no event the test can be notified of, like a port opening)."""
+    path = anyio.Path(fault.state_dir / "subscribed.json")
+    while True:
+        if await path.exists():
+            found: list[str] = json.loads(await path.read_text())
+            if found:
+                return found
+        await anyio.sleep(0.05)
+
+
+async def test_a_subscription_is_made_again_upstream_after_the_upstream_restarts(tmp_path: Path) -> None:
+    async with surface_fault(tmp_path / "fault") as fault:
+        settings: dict[str, Any] = {"upstreams": [{"connection": connection(fault, first_list_wait_s=20)}]}
+        async with serve_gateway(tmp_path, **settings) as (client, _):
+            with anyio.fail_after(45):
+                await subscription(client, "fault://static", subscribe=True)
+                before = await subscribed_upstream(fault)
+                fault.kill()
+                (fault.state_dir / "subscribed.json").unlink()  # the new process starts knowing nothing
+                await fault.start()
+                # The next request meets "session not found" and is sent again on a new connection.
+                probe = await client.read_resource("fault://count/restart-probe")
+                after = await subscribed_upstream(fault)
+    assert before == after == ["fault://static"]
+    assert text(probe) == "1"
