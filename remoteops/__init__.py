@@ -16,6 +16,7 @@ from ._errors import (
     ConnectReason,
     HostKeyError,
     InvalidRequest,
+    MissingCapability,
     PolicyDenied,
     ProbeError,
     RemoteOpsError,
@@ -25,9 +26,10 @@ from ._errors import (
     UnknownTarget,
     UnresolvedHost,
 )
-from ._exec import Carrier, ExecRequest
+from ._exec import Carrier, ExecRequest, RawExec, RawStream
 from ._models import (
     Capabilities,
+    CarrierState,
     DiagnoseReport,
     DiskUsage,
     ExecResult,
@@ -39,13 +41,15 @@ from ._models import (
 )
 from ._ops import RemoteOps
 from ._render import RenderedCommand, render_command
-from ._settings import HostKeyPolicy, MultiplexMode, TargetSpec, TransportSettings
+from ._settings import CarrierMode, HostKeyPolicy, MultiplexMode, TargetSpec, TransportSettings
 
 __all__ = [
     "CAPABILITY_TOOLS",
     "AuthError",
     "Capabilities",
     "Carrier",
+    "CarrierMode",
+    "CarrierState",
     "CommandTimeout",
     "ConnectError",
     "ConnectReason",
@@ -56,10 +60,13 @@ __all__ = [
     "HostKeyError",
     "HostKeyPolicy",
     "InvalidRequest",
+    "MissingCapability",
     "MultiplexMode",
     "MultiplexState",
     "PolicyDenied",
     "ProbeError",
+    "RawExec",
+    "RawStream",
     "RemoteOps",
     "RemoteOpsError",
     "RemoteShellError",

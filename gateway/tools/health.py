@@ -39,7 +39,9 @@ class HealthOut(Output):
         description="Own tools disabled by the operator's toolset/include/exclude choice."
     )
     audit: AuditHealth
-    transport: dict[str, Any] = Field(description="ControlMaster pool counters and multiplex state.")
+    transport: dict[str, Any] = Field(
+        description="ControlMaster pool counters and multiplex state; per target its carrier (agent | ssh)."
+    )
     upstreams: list[dict[str, Any]] = Field(
         description="Per upstream: state, identity, counters, dropped/renamed tools; relayed resource, "
         "template and prompt counts, capabilities, surface_dropped/surface_renamed."
@@ -65,10 +67,12 @@ async def gateway_health(ctx: ToolContext, _: HealthIn) -> HealthOut:
 
 def _render(out: HealthOut) -> str:
     ups = ", ".join(f"{u.get('name')}={u.get('state')}" for u in out.upstreams) or "none"
+    carriers = out.transport.get("carriers") or {}
+    used = ", ".join(f"{name}={c.get('carrier') or '-'}" for name, c in carriers.items()) or "none"
     return (
         f"remoteops-gateway {out.version} up {out.uptime_s:.0f}s; toolsets {','.join(out.toolsets)}; "
         f"{out.own_tools} own + {out.relayed_tools} relayed tools ({len(out.filtered_out)} filtered out); "
-        f"upstreams: {ups}; audit {'ok' if out.audit.healthy else 'FAILING'}"
+        f"upstreams: {ups}; carriers: {used}; audit {'ok' if out.audit.healthy else 'FAILING'}"
     )
 
 
