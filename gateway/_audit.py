@@ -307,7 +307,10 @@ class AuditLog:
         duration_ms: float,
         arguments: Any,
         incident: str | None = None,
+        identity: dict[str, Any] | None = None,
+        facts: Any = None,
     ) -> None:
+        """``identity``: the typed principal (kind, subject, client id, scopes) next to its label."""
         self._log.info(
             "tool_call",
             time=datetime.now(UTC).isoformat(timespec="milliseconds"),
@@ -321,6 +324,8 @@ class AuditLog:
             duration_ms=round(duration_ms, 3),
             arguments=self._redactor.arguments(arguments),
             **({"incident": incident} if incident else {}),
+            **({"identity": identity} if identity else {}),
+            **({"facts": facts} if facts else {}),
         )
 
     def relayed_request(

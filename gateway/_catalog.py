@@ -58,6 +58,8 @@ class ToolSpec(Generic[InT, OutT]):
     handler: Callable[[ToolContext, InT], Awaitable[OutT]]
     render: Callable[[OutT], str] = field(default=lambda out: out.model_dump_json(indent=None))
     """Short text rendering placed in ``content`` next to ``structuredContent``."""
+    unavailable: Callable[[Any], str | None] | None = None
+    """Given the gateway settings: why the tool cannot be offered (e.g. nothing configured), or None."""
 
     def to_mcp(self) -> types.Tool:
         return types.Tool(
@@ -86,6 +88,8 @@ class Catalog:
     enabled: dict[str, AnySpec]
     filtered_out: tuple[str, ...]
     toolsets: frozenset[Toolset]
+    unavailable: dict[str, str] = field(default_factory=dict)
+    """Filtered-out tools the operator enabled but the configuration cannot serve: name -> reason."""
 
     def get(self, name: str) -> AnySpec | None:
         return self.enabled.get(name)
@@ -113,6 +117,7 @@ def build_catalog(
     toolsets: Iterable[str],
     include: Iterable[str] = (),
     exclude: Iterable[str] = (),
+    settings: Any = None,
 ) -> Catalog:
     """Apply the operator's choice to the declared tools. Fail closed on anything unclassified or unknown."""
     by_name: dict[str, AnySpec] = {}
@@ -135,10 +140,17 @@ def build_catalog(
         raise ConfigError(f"tool(s) both included and excluded: {', '.join(both)}", key="tools.include")
     enabled: dict[str, AnySpec] = {}
     filtered: list[str] = []
+    unavailable: dict[str, str] = {}
     for name, spec in by_name.items():
         on = (spec.toolset in chosen or name in include_set) and name not in exclude_set
+        reason = spec.unavailable(settings) if on and spec.unavailable is not None else None
+        if reason is not None:
+            unavailable[name] = reason
+            on = False
         if on:
             enabled[name] = spec
         else:
             filtered.append(name)
-    return Catalog(enabled=enabled, filtered_out=tuple(sorted(filtered)), toolsets=chosen)
+    return Catalog(
+        enabled=enabled, filtered_out=tuple(sorted(filtered)), toolsets=chosen, unavailable=unavailable
+    )

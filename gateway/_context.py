@@ -1,10 +1,12 @@
-"""What a tool adapter receives: the runtime plus who is calling and how to report progress."""
+"""What a tool adapter receives: the runtime plus who is calling (and what the policy lets them reach) and
+how to report progress."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
+from gateway._policy import Policy, Principal
 from upstream import ProgressCallback
 
 if TYPE_CHECKING:
@@ -22,4 +24,15 @@ class ToolContext:
     runtime: Runtime
     request_id: str
     principal: str
+    """The caller's label (``identity.label``), as in logs and the audit record."""
     report_progress: ProgressCallback = _no_progress
+    identity: Principal = field(default_factory=lambda: Principal.operator("anonymous", "anonymous"))
+    """The typed caller: subject, client id, scopes, groups, how it authenticated."""
+    policy: Policy = field(default_factory=Policy.unrestricted)
+    """The server's one policy; tools that list things (``target_list``) show only what it allows."""
+
+    def visible_targets(self, names: list[str]) -> list[str]:
+        return self.policy.visible_targets(self.identity, names)
+
+    audit_facts: dict[str, Any] = field(default_factory=dict)
+    """Facts a tool adds to its call's audit record (e.g. a transfer's paths, sizes and hashes)."""

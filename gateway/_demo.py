@@ -27,6 +27,11 @@ async def demo_settings(settings: Settings, workdir: Path | None) -> AsyncIterat
     where.mkdir(parents=True, exist_ok=True, mode=0o700)
     async with EmbeddedTarget(where, alias="demo") as target:
         transport = settings.transport.model_copy(update={"ssh_config_file": target.ssh_config_path})
+        transfers = settings.transfers
+        if not transfers.local_roots:  # transfers work in the demo with zero setup, inside its directory
+            local_root = where / "transfers"
+            local_root.mkdir(exist_ok=True, mode=0o700)
+            transfers = transfers.model_copy(update={"local_roots": (local_root,)})
         targets = (
             *(t for t in settings.targets if t.name != "demo"),
             TargetSpec(name="demo", host=target.alias),
@@ -35,6 +40,7 @@ async def demo_settings(settings: Settings, workdir: Path | None) -> AsyncIterat
             {
                 **settings.model_dump(),
                 "transport": transport.model_dump(),
+                "transfers": transfers.model_dump(),
                 "targets": [t.model_dump() for t in targets],
             }
         )

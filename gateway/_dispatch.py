@@ -29,6 +29,7 @@ from gateway._catalog import AnySpec
 from gateway._context import ToolContext
 from gateway._errmap import translate
 from gateway._errors import ErrorCode, ToolFailure
+from gateway._policy import Policy, Principal
 from gateway._redact import Redactor
 from upstream import ElicitCallback, ProgressCallback, UpstreamRejected
 
@@ -183,11 +184,14 @@ async def dispatch_call(
     rt: Runtime,
     params: types.CallToolRequestParams,
     *,
-    principal: str,
+    principal: Principal,
+    policy: Policy,
     report_progress: ProgressCallback | None = None,
     elicit: ElicitCallback | None = None,
 ) -> types.CallToolResult:
-    """``elicit`` reaches the calling client for a relayed tool's elicitation (own tools do not elicit)."""
+    """``elicit`` reaches the calling client for a relayed tool's elicitation (own tools do not elicit).
+    ``policy`` decides, before anything runs or connects, whether ``principal`` may call this tool on
+    this target (``policy_denied`` otherwise)."""
     name = params.name
     arguments: dict[str, Any] = dict(params.arguments or {})
     own = rt.catalog.get(name)
@@ -201,7 +205,11 @@ async def dispatch_call(
     target = arguments.get("target") if isinstance(arguments.get("target"), str) else None
     started = time.perf_counter()
     outcome, code, incident = "cancelled", None, None
+    # Every log line of this call (ours, the runtime's, the relay's) names the caller and the request.
+    log_context = structlog.contextvars.bind_contextvars(principal=principal.label, request_id=request_id)
+    facts: dict[str, Any] = {}
     try:
+        policy.check_call(principal, tool=name, toolset=toolset, target=target if own is not None else None)
         cap = rt.settings.server.max_argument_bytes
         too_big = oversized_argument(arguments, cap)
         if too_big is not None:
@@ -218,7 +226,14 @@ async def dispatch_call(
                 details={"argument": not_unicode},
             )
         if own is not None:
-            ctx = ToolContext(runtime=rt, request_id=request_id, principal=principal)
+            ctx = ToolContext(
+                runtime=rt,
+                request_id=request_id,
+                principal=principal.label,
+                identity=principal,
+                policy=policy,
+                audit_facts=facts,
+            )
             if report_progress is not None:
                 ctx = dataclasses.replace(ctx, report_progress=report_progress)
             result = await _run_own(own, ctx, arguments)
@@ -257,7 +272,7 @@ async def dispatch_call(
     finally:
         rt.audit.tool_call(
             request_id=request_id,
-            principal=principal,
+            principal=principal.label,
             tool=name,
             toolset=toolset,
             target=target,
@@ -266,4 +281,7 @@ async def dispatch_call(
             duration_ms=(time.perf_counter() - started) * 1000,
             arguments=arguments,
             incident=incident,
+            identity=principal.audit_fields(),
+            facts=facts or None,
         )
+        structlog.contextvars.reset_contextvars(**log_context)

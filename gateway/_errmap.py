@@ -18,14 +18,25 @@ import structlog
 from gateway._errors import ErrorCode, ToolFailure
 from remoteops import (
     AuthError,
+    ChecksumMismatch,
     CommandTimeout,
     ConnectError,
+    DestinationExists,
     HostKeyError,
     InvalidRequest,
+    MissingCapability,
+    PathNotFound,
     PolicyDenied,
     ProbeError,
     RemoteOpsError,
     RemoteShellError,
+    TaskCapabilityMissing,
+    TaskConflict,
+    TaskError,
+    TaskNotFound,
+    TaskRemoteError,
+    TransferFailed,
+    TransferPathError,
     TransportError,
     TransportLost,
     UnknownTarget,
@@ -80,6 +91,11 @@ def _upstream(exc: UpstreamError) -> ToolFailure:
 REMOTE_CODES: tuple[tuple[type[RemoteOpsError], ErrorCode], ...] = (
     (InvalidRequest, ErrorCode.VALIDATION_ERROR),
     (PolicyDenied, ErrorCode.POLICY_DENIED),
+    (TaskNotFound, ErrorCode.NOT_FOUND),
+    (TaskConflict, ErrorCode.CONFLICT),
+    (TaskCapabilityMissing, ErrorCode.MISSING_REMOTE_CAPABILITY),
+    (TaskRemoteError, ErrorCode.REMOTE_NONZERO_EXIT),
+    (TaskError, ErrorCode.REMOTE_NONZERO_EXIT),  # the family's base: a task step failed on the target
     (UnknownTarget, ErrorCode.UNKNOWN_TARGET),
     (HostKeyError, ErrorCode.HOST_KEY_ERROR),
     (AuthError, ErrorCode.AUTH_ERROR),
@@ -88,6 +104,12 @@ REMOTE_CODES: tuple[tuple[type[RemoteOpsError], ErrorCode], ...] = (
     (RemoteShellError, ErrorCode.REMOTE_NONZERO_EXIT),
     (CommandTimeout, ErrorCode.TIMEOUT),
     (ProbeError, ErrorCode.MISSING_REMOTE_CAPABILITY),
+    (ChecksumMismatch, ErrorCode.CHECKSUM_MISMATCH),
+    (MissingCapability, ErrorCode.MISSING_REMOTE_CAPABILITY),
+    (DestinationExists, ErrorCode.CONFLICT),
+    (PathNotFound, ErrorCode.NOT_FOUND),
+    (TransferPathError, ErrorCode.CONFLICT),
+    (TransferFailed, ErrorCode.REMOTE_NONZERO_EXIT),
     (TransportError, ErrorCode.CONNECT_ERROR),
 )
 """Explicit classification, most specific first; an unlisted direct subclass of ``RemoteOpsError``
@@ -103,7 +125,28 @@ def _remote(exc: RemoteOpsError) -> ToolFailure:
         return ToolFailure(
             ErrorCode.INTERNAL_ERROR, exc.detail or type(exc).__name__, retryable=False, details=details
         )
-    fields = ("field", "reason", "stage", "command_started", "exit_code", "time_limit_s", "remote_killed")
+    fields = (
+        "field",
+        "reason",
+        "stage",
+        "command_started",
+        "exit_code",
+        "time_limit_s",
+        "remote_killed",
+        "task_id",
+        "state",
+        "tool",
+        "path",
+        "side",
+        "capability",
+        "mismatched",
+        "destination_action",
+        "aside",
+        "leftover",
+        "needed_bytes",
+        "available_bytes",
+        "floor_bytes",
+    )
     for field in fields:
         if hasattr(exc, field):
             details[field] = getattr(exc, field)

@@ -7,6 +7,12 @@
   token → 401 with ``WWW-Authenticate: Bearer error="invalid_token"``. A static token is not OAuth: no
   RFC 9728 protected-resource metadata is served or advertised (it would name an authorization server
   that serves nothing, and clients would start an interactive OAuth flow); that belongs to an OAuth mode.
+* ``auth.mode = "oauth"``: the gateway is an OAuth 2.1 resource server (``gateway._oauth``). The SDK's
+  bearer middleware checks each token with :class:`~gateway._oauth.OAuthVerifier`; the RFC 9728
+  protected-resource metadata is served at ``/.well-known/oauth-protected-resource<path>`` and names the
+  configured issuer as the authorization server; a 401 points to it (``resource_metadata=``).
+* ``auth.trusted_proxy`` (bearer or oauth mode): identity headers of an authenticating proxy in front,
+  believed only from its loopback peers with its shared secret (``gateway._oauth_proxy``).
 * ``GET /healthz`` answers without auth: status only, no secrets, no tool data.
 """
 
@@ -14,7 +20,6 @@ from __future__ import annotations
 
 import hmac
 import ipaddress
-import os
 import secrets
 from pathlib import Path
 
@@ -27,8 +32,12 @@ from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from gateway._errors import ConfigError
+from gateway._oauth_proxy import ProxyAwareVerifier, TrustedProxy, read_secret_file
+from gateway._policy import KIND_CLAIM
+from gateway._redact import Redactor
 from gateway._server import GatewayServer
 from gateway.config import Settings
+from remoteops import atomic_write
 
 __all__ = [
     "StaticTokenVerifier",
@@ -65,9 +74,10 @@ def _generate_token(path: Path) -> str:
     try:
         path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
         token = secrets.token_urlsafe(32)
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(token + "\n")
+        # complete or absent, never half-written; a concurrent first run's token wins
+        atomic_write(path, (token + "\n").encode(), mode=0o600, replace=False)
+    except FileExistsError:
+        return ensure_token(path)
     except OSError as exc:
         raise ConfigError(
             f"cannot create the bearer token file: {exc.strerror or exc}", source=str(path)
@@ -113,12 +123,16 @@ class StaticTokenVerifier(TokenVerifier):
 
     async def verify_token(self, token: str) -> AccessToken | None:
         if hmac.compare_digest(token.encode("utf-8"), self._token):
-            return AccessToken(token=token, client_id=self._principal, scopes=[])
+            return AccessToken(
+                token=token, client_id=self._principal, scopes=[], claims={KIND_CLAIM: "bearer"}
+            )
         return None
 
 
 def check_auth_choice(settings: Settings, token: str | None) -> None:
-    """Serving without a token needs both the explicit flag and a loopback bind."""
+    """Serving without a token needs both the explicit flag and a loopback bind (OAuth mode has none)."""
+    if settings.auth.mode == "oauth":
+        return
     if token is None and not (settings.auth.allow_no_auth and is_loopback_host(settings.server.host)):
         raise ConfigError(
             "turning auth off needs auth.allow_no_auth = true and a loopback bind", key="auth.mode"
@@ -148,22 +162,60 @@ def _security(settings: Settings) -> TransportSecuritySettings:
     )
 
 
-def build_http_app(server: GatewayServer, settings: Settings, *, token: str | None, port: int) -> ASGIApp:
-    """The Starlette app. ``token=None`` means auth is off (validated by the caller: explicit + loopback)."""
+def _oauth_auth(settings: Settings, url: str, redactor: Redactor) -> tuple[SdkAuthSettings, TokenVerifier]:
+    # Imported here: httpx and the JOSE library are loaded only when OAuth is configured (start-up cost).
+    from gateway._oauth import OAuthVerifier
+
+    cfg = settings.auth.oauth
+    secret = None
+    if cfg.introspection_secret_file is not None:
+        secret = read_secret_file(cfg.introspection_secret_file, "auth.oauth.introspection_secret_file")
+        redactor.add_secret(secret)
+    resource = cfg.resource or url
+    # The verifier checks the audience itself (RFC 8707 resource as ``aud``), so the SDK's own
+    # ``AccessToken.resource`` comparison is off; resource_server_url makes the SDK serve RFC 9728
+    # metadata naming the issuer and point 401s to it.
+    auth = SdkAuthSettings(issuer_url=cfg.issuer, resource_server_url=resource, validate_token_resource=False)
+    return auth, OAuthVerifier(cfg, resource=resource, introspection_secret=secret)
+
+
+def build_http_app(
+    server: GatewayServer,
+    settings: Settings,
+    *,
+    token: str | None,
+    port: int,
+    redactor: Redactor | None = None,
+) -> ASGIApp:
+    """The Starlette app. ``token=None`` means auth is off (validated by the caller: explicit + loopback),
+    unless ``auth.mode = "oauth"``. Secrets read here (introspection, proxy) go to ``redactor``."""
     check_auth_choice(settings, token)
+    redactor = redactor or Redactor()
 
     async def healthz(_: Request) -> JSONResponse:
         return JSONResponse({"status": "ok"})
 
     url = public_url(settings, port)
     auth = None
-    verifier = None
-    if token is not None:
+    verifier: TokenVerifier | None = None
+    if settings.auth.mode == "oauth":
+        auth, verifier = _oauth_auth(settings, url, redactor)
+    elif token is not None:
         # The SDK's bearer middleware, configured as a plain resource: without resource_server_url it
         # neither serves RFC 9728 metadata nor puts resource_metadata= into the 401's WWW-Authenticate.
         # issuer_url is required by the model but unused without an authorization-server provider.
         auth = SdkAuthSettings(issuer_url=url.removesuffix(settings.server.path), resource_server_url=None)
         verifier = StaticTokenVerifier(token)
+    proxy_cfg = settings.auth.trusted_proxy
+    proxy_secret = None
+    if proxy_cfg.secret_file is not None and verifier is not None:
+        proxy_secret = read_secret_file(proxy_cfg.secret_file, "auth.trusted_proxy.secret_file")
+        redactor.add_secret(proxy_secret)
+    # The proxy middleware is made first (the verifier needs its token); its inner app is set below.
+    proxy = TrustedProxy(proxy_cfg, proxy_secret)
+    redactor.add_secret(proxy.internal_token)
+    if verifier is not None and proxy_secret is not None and proxy_cfg.peers:
+        verifier = ProxyAwareVerifier(proxy, proxy_cfg.scopes, verifier)
     app = server.streamable_http_app(
         streamable_http_path=settings.server.path,
         stateless_http=settings.server.stateless_http,
@@ -174,4 +226,5 @@ def build_http_app(server: GatewayServer, settings: Settings, *, token: str | No
         token_verifier=verifier,
         custom_starlette_routes=[Route("/healthz", healthz, methods=["GET"])],
     )
-    return TrimHeaderWhitespace(app)
+    proxy.wrap(app)
+    return TrimHeaderWhitespace(proxy)

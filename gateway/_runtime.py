@@ -22,7 +22,7 @@ from gateway._redact import Redactor
 from gateway._relay import Relay
 from gateway._version import __version__
 from gateway.config import Settings
-from remoteops import RemoteOps
+from remoteops import RemoteOps, RemoteTasks, StateStore, Transfers
 
 __all__ = ["Identity", "Runtime"]
 
@@ -48,6 +48,7 @@ class Runtime:
             toolsets=settings.tools.toolsets,
             include=settings.tools.include,
             exclude=settings.tools.exclude,
+            settings=settings,
         )
         self.redactor = redactor or Redactor()
         self.identity = Identity(
@@ -63,6 +64,9 @@ class Runtime:
             redactor=self.redactor,
         )
         self.remote = RemoteOps(settings.transport, settings.targets)
+        self.state = StateStore(settings.state_dir)
+        self.tasks = RemoteTasks(self.remote, self.state, settings.tasks, settings.transport)
+        self.transfers = Transfers(self.remote, settings.transport, settings.transfers)
         self.relay = Relay(
             settings.upstreams,
             own_names=frozenset(self.catalog.enabled),
@@ -75,6 +79,7 @@ class Runtime:
         async with AsyncExitStack() as stack:
             await stack.enter_async_context(self.audit)  # first in, last out: shutdown calls are audited
             await stack.enter_async_context(self.remote)
+            await stack.enter_async_context(self.tasks)
             await stack.enter_async_context(self.relay)
             self._stack = stack.pop_all()
         return self
@@ -89,19 +94,24 @@ class Runtime:
     def uptime_s(self) -> float:
         return time.monotonic() - self.identity.started_monotonic
 
-    def describe(self) -> str:
-        """The MCP ``instructions``: what the agent is connected to, from the objects the tools use."""
+    def describe(
+        self, *, toolsets: frozenset[str] | None = None, targets: frozenset[str] | None = None
+    ) -> str:
+        """The MCP ``instructions``: what the agent is connected to, from the objects the tools use;
+        ``toolsets``/``targets`` narrow them to what the caller's policy reaches (None: everything)."""
+        enabled = sorted(t.value for t in self.catalog.toolsets if toolsets is None or t.value in toolsets)
         lines = [
             f"remoteops-gateway {self.identity.version}: OpenSSH remote operations, relayed terminal tools.",
-            f"Enabled toolsets: {', '.join(sorted(t.value for t in self.catalog.toolsets))}.",
+            f"Enabled toolsets: {', '.join(enabled)}.",
         ]
-        targets = [t.name for t in self.settings.targets]
-        lines.append(
-            f"Targets you may use (the only ones allowed): {', '.join(targets)}."
-            if targets
-            else "No SSH targets are configured."
-        )
-        lines.extend(self.relay.describe())
+        names = [t.name for t in self.settings.targets if targets is None or t.name in targets]
+        if names:
+            lines.append(f"Targets you may use (the only ones allowed): {', '.join(names)}.")
+        else:
+            none = "No SSH targets are configured." if targets is None else "No SSH target is open to you."
+            lines.append(none)
+        if toolsets is None or "upstream" in toolsets:
+            lines.extend(self.relay.describe())
         lines.append(
             'Tool failures are isError results whose text is JSON {"error": {code, message, retryable, '
             "details}}; transport_lost and upstream_ambiguous mean the action may or may not have run."

@@ -30,6 +30,7 @@ from gateway._sdnotify import Notifier
 from gateway._server import build_server
 from gateway._stdio import AnswerUnparseable
 from gateway.config import Settings
+from remoteops import atomic_write
 
 __all__ = ["serve_http", "serve_stdio"]
 
@@ -141,7 +142,7 @@ async def serve_http(
     url = public_url(settings, port)
     async with Runtime(settings, specs, redactor=redactor) as rt:
         server = build_server(rt)
-        app = build_http_app(server, settings, token=token, port=port)
+        app = build_http_app(server, settings, token=token, port=port, redactor=redactor)
         config = uvicorn.Config(
             app,
             log_config=None,
@@ -183,9 +184,8 @@ async def serve_http(
                 "audit_file": str(settings.audit_path),
             }
             if ready_file is not None:
-                tmp = ready_file.with_suffix(".tmp")
-                tmp.write_text(json.dumps(info), encoding="utf-8")
-                tmp.replace(ready_file)
+                data = json.dumps(info).encode()
+                await anyio.to_thread.run_sync(lambda: atomic_write(ready_file, data, mode=0o600))
             if announce:
                 print(f"remoteops-gateway {rt.identity.version} serving MCP at {url}", file=sys.stderr)
                 if token:

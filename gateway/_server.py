@@ -31,6 +31,7 @@ from mcp.shared.exceptions import MCPError
 from mcp.shared.message import ServerMessageMetadata
 
 from gateway._dispatch import dispatch_call
+from gateway._policy import Policy, Principal
 from gateway._runtime import Runtime
 from gateway._server_surface import register_surface
 from upstream import ElicitCallback
@@ -44,14 +45,6 @@ _DESCRIBED = frozenset({"initialize", "server/discover"})
 Ctx = ServerRequestContext[Runtime, Any]
 
 
-async def _instructions_from_runtime(ctx: Ctx, call_next: CallNext) -> HandlerResult:
-    """Server middleware: ``initialize`` and ``server/discover`` answers carry the runtime's instructions."""
-    result = await call_next(ctx)
-    if ctx.method in _DESCRIBED and isinstance(result, dict):
-        return {**result, "instructions": ctx.lifespan_context.describe()}
-    return result
-
-
 class GatewayServer(Server[Runtime]):
     """The SDK's low-level ``Server`` with the gateway's handlers; state only what MCP needs per client."""
 
@@ -62,6 +55,7 @@ class GatewayServer(Server[Runtime]):
         version: str,
         lifespan: Callable[[Server[Runtime]], AbstractAsyncContextManager[Runtime]],
         stdio_principal: str | None = None,
+        policy: Policy | None = None,
     ) -> None:
         super().__init__(
             name,
@@ -70,8 +64,13 @@ class GatewayServer(Server[Runtime]):
             on_list_tools=self._on_list_tools,
             on_call_tool=self._on_call_tool,
         )
-        self.middleware.append(_instructions_from_runtime)
-        self._stdio_principal = stdio_principal
+        self.middleware.append(self._instructions_from_runtime)
+        self._fallback = (
+            Principal.operator("stdio", stdio_principal)
+            if stdio_principal
+            else Principal.operator("anonymous", "anonymous")
+        )
+        self.policy = policy or Policy.unrestricted()
         # Clients to tell about tools/list_changed. In SDK 2.3 ``ctx.session`` is built per request
         # (``ServerRunner._make_context``), so it cannot stand for a client; the per-client object is the
         # ``Connection`` (a public type with a public ``send_tool_list_changed``), but the handler context
@@ -96,18 +95,30 @@ class GatewayServer(Server[Runtime]):
     def _remember(self, ctx: Ctx) -> None:
         self._connections.add(ctx.session._connection)  # no public path in SDK 2.3: see __init__
 
-    def _principal(self) -> str:
-        token = get_access_token()
-        if token is not None:
-            return f"bearer:{token.client_id}"
-        return self._stdio_principal or "anonymous"
+    def _principal(self) -> Principal:
+        return self.policy.principal(get_access_token(), self._fallback)
+
+    async def _instructions_from_runtime(self, ctx: Ctx, call_next: CallNext) -> HandlerResult:
+        """Server middleware: ``initialize`` and ``server/discover`` answers carry the runtime's
+        instructions, narrowed to the toolsets and targets this caller's policy reaches."""
+        result = await call_next(ctx)
+        if ctx.method in _DESCRIBED and isinstance(result, dict):
+            who = self._principal()
+            text = ctx.lifespan_context.describe(
+                toolsets=self.policy.toolsets(who), targets=self.policy.targets(who)
+            )
+            return {**result, "instructions": text}
+        return result
 
     async def _on_list_tools(
         self, ctx: Ctx, params: types.PaginatedRequestParams | None
     ) -> types.ListToolsResult:
         self._remember(ctx)
-        rt = ctx.lifespan_context
-        return types.ListToolsResult(tools=rt.catalog.tools() + await rt.relay.list_tools())
+        rt, who = ctx.lifespan_context, self._principal()
+        allowed = self.policy.allows_toolset
+        own = [spec.to_mcp() for spec in rt.catalog.enabled.values() if allowed(who, spec.toolset)]
+        relayed = await rt.relay.list_tools() if self.policy.allows_toolset(who, "upstream") else []
+        return types.ListToolsResult(tools=own + relayed)
 
     async def _on_call_tool(self, ctx: Ctx, params: types.CallToolRequestParams) -> types.CallToolResult:
         self._remember(ctx)
@@ -120,6 +131,7 @@ class GatewayServer(Server[Runtime]):
             ctx.lifespan_context,
             params,
             principal=self._principal(),
+            policy=self.policy,
             report_progress=progress,
             elicit=_elicit_via(ctx),
         )
@@ -177,7 +189,8 @@ def build_server(rt: Runtime, *, stdio_principal: str | None = None) -> GatewayS
         version=rt.identity.version,
         lifespan=lifespan,
         stdio_principal=stdio_principal,
+        policy=Policy.from_settings(rt.settings.auth),
     )
     rt.relay.add_listener(server.notify_tools_changed)
-    register_surface(server, rt, server._principal)  # resources, prompts, completions: _server_surface
+    register_surface(server, rt, lambda: server._principal().label)  # resources, prompts: _server_surface
     return server

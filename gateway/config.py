@@ -7,27 +7,33 @@ else taken as a string). Unknown keys are errors that name the key and the file 
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import os
 import tomllib
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, Self
+from urllib.parse import urlsplit
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from gateway._errors import ConfigError
-from remoteops import TargetSpec, TransportSettings
+from remoteops import TargetSpec, TaskSettings, TransferSettings, TransportSettings
 from upstream import UpstreamSettings
 
 __all__ = [
     "CONFIG_ENV",
+    "DEFAULT_SCOPES",
     "ENV_PREFIX",
     "AuditSettings",
     "AuthSettings",
+    "OAuthSettings",
     "ServerSettings",
     "Settings",
+    "TargetGrant",
     "ToolSettings",
+    "TrustedProxySettings",
     "UpstreamEntry",
     "default_state_dir",
     "load_settings",
@@ -43,6 +49,15 @@ def default_state_dir() -> Path:
     """``$XDG_STATE_HOME/remoteops-gateway`` (or ``~/.local/state/remoteops-gateway``)."""
     base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
     return Path(base) / "remoteops-gateway"
+
+
+def _is_loopback(host: str | None) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return host is not None and ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 def _no_duplicates(names: list[str], what: str) -> None:
@@ -77,14 +92,143 @@ class ServerSettings(BaseModel):
         return value
 
 
+DEFAULT_SCOPES: Mapping[str, tuple[str, ...]] = {
+    "remoteops:inspect": ("inspect",),
+    "remoteops:manage": ("manage",),
+    "remoteops:execute": ("execute",),
+    "remoteops:teardown": ("teardown",),
+    "remoteops:root": ("root",),
+    "remoteops:upstream": ("upstream",),
+}
+"""OAuth scope → the toolsets it opens (``auth.scopes``)."""
+
+_NEVER_ALGORITHMS = frozenset({"none", "HS256", "HS384", "HS512"})
+
+
+class OAuthSettings(BaseModel):
+    """The authorization server whose access tokens ``auth.mode = "oauth"`` accepts."""
+
+    model_config = _FROZEN
+
+    issuer: str = ""
+    """Exact ``iss`` of the tokens; named as the authorization server in the RFC 9728 metadata."""
+    resource: str = ""
+    """This gateway's public resource URL (RFC 8707 audience); empty = the served URL."""
+    jwks_url: str = ""
+    """Where the issuer's signing keys are (JWT access tokens)."""
+    introspection_url: str = ""
+    """RFC 7662 endpoint, used for tokens that are not JWTs (or always, when ``jwks_url`` is empty)."""
+    introspection_client_id: str = ""
+    introspection_secret_file: Path | None = None
+    """File (0600) holding the client secret for introspection (HTTP basic auth)."""
+    algorithms: tuple[str, ...] = ("RS256", "PS256", "ES256", "EdDSA")
+    leeway_s: Annotated[float, Field(ge=0, le=300)] = 30.0
+    jwks_min_refresh_s: Annotated[float, Field(ge=1, le=3600)] = 30.0
+    """At most one JWKS fetch per this interval, however many unknown ``kid`` values arrive."""
+    jwks_max_age_s: Annotated[float, Field(ge=60, le=86400)] = 3600.0
+    introspection_cache_max: Annotated[int, Field(ge=0, le=100_000)] = 1024
+    introspection_cache_max_s: Annotated[float, Field(ge=0, le=3600)] = 300.0
+    http_timeout_s: Annotated[float, Field(gt=0, le=60)] = 5.0
+    group_claim: str = "groups"
+    """Claim holding the caller's groups (for ``auth.grants[].group``)."""
+
+    @field_validator("issuer", "resource", "jwks_url", "introspection_url")
+    @classmethod
+    def _https_or_loopback(cls, value: str) -> str:
+        """Keys and token answers come over HTTPS; plain HTTP only to a loopback authorization server."""
+        if not value:
+            return value
+        parts = urlsplit(value)
+        if parts.scheme == "https" and parts.hostname:
+            return value
+        if parts.scheme == "http" and _is_loopback(parts.hostname):
+            return value
+        raise ValueError("must be an https:// URL (http:// only on loopback)")
+
+    @field_validator("algorithms")
+    @classmethod
+    def _asymmetric_only(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        bad = sorted(set(value) & _NEVER_ALGORITHMS)
+        if bad:
+            raise ValueError(f"algorithm(s) {', '.join(bad)} never accepted (no 'none', no shared secret)")
+        if not value:
+            raise ValueError("at least one algorithm is needed")
+        return value
+
+
+class TargetGrant(BaseModel):
+    """Restricts the callers matching ``subject`` or ``group`` to ``targets``."""
+
+    model_config = _FROZEN
+
+    subject: str = ""
+    group: str = ""
+    targets: tuple[str, ...] = ()
+
+    @model_validator(mode="after")
+    def _one_selector(self) -> Self:
+        if bool(self.subject) == bool(self.group):
+            raise ValueError("a grant names exactly one of subject or group")
+        return self
+
+
+class TrustedProxySettings(BaseModel):
+    """Identity headers of an authenticating proxy in front: only from these peers, with the secret."""
+
+    model_config = _FROZEN
+
+    peers: tuple[str, ...] = ()
+    """Loopback addresses the proxy connects from; empty = no proxy is trusted."""
+    secret_file: Path | None = None
+    """File (0600) holding the shared secret the proxy sends in ``secret_header``."""
+    secret_header: str = "X-Remoteops-Proxy-Secret"  # noqa: S105 - a header name, not a secret
+    user_header: str = "X-Forwarded-User"
+    groups_header: str = "X-Forwarded-Groups"
+    scopes: tuple[str, ...] = ("remoteops:inspect",)
+    """Scopes a proxied caller gets (the proxy authenticates; it does not carry scopes)."""
+
+    @model_validator(mode="after")
+    def _peers_need_the_secret(self) -> Self:
+        if self.peers and self.secret_file is None:
+            raise ValueError("auth.trusted_proxy.peers needs auth.trusted_proxy.secret_file")
+        return self
+
+    @field_validator("peers")
+    @classmethod
+    def _loopback_only(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        for peer in value:
+            try:
+                loopback = ipaddress.ip_address(peer).is_loopback
+            except ValueError:
+                loopback = False
+            if not loopback:
+                raise ValueError(f"trusted proxy peer {peer!r} is not a loopback IP address")
+        return value
+
+
 class AuthSettings(BaseModel):
     model_config = _FROZEN
 
-    mode: Literal["bearer", "none"] = "bearer"
+    mode: Literal["bearer", "oauth", "none"] = "bearer"
     token_file: Path | None = None
     """Bearer token file; generated (0600) under the state directory on first run when unset."""
     allow_no_auth: bool = False
     """Must be true (and the bind loopback) for ``mode = "none"`` — turning auth off is explicit."""
+    oauth: OAuthSettings = OAuthSettings()
+    scopes: Mapping[str, tuple[str, ...]] = Field(default_factory=lambda: dict(DEFAULT_SCOPES))
+    """OAuth scope → toolsets it opens."""
+    grants: tuple[TargetGrant, ...] = ()
+    """When non-empty, an OAuth or proxied caller reaches only the targets of the grants it matches."""
+    trusted_proxy: TrustedProxySettings = TrustedProxySettings()
+
+    @model_validator(mode="after")
+    def _oauth_complete(self) -> Self:
+        if self.mode == "oauth":
+            if not self.oauth.issuer:
+                raise ValueError("auth.mode = 'oauth' needs auth.oauth.issuer")
+            if not (self.oauth.jwks_url or self.oauth.introspection_url):
+                raise ValueError("auth.mode = 'oauth' needs auth.oauth.jwks_url or .introspection_url")
+        return self
 
 
 class AuditSettings(BaseModel):
@@ -130,6 +274,8 @@ class Settings(BaseModel):
     audit: AuditSettings = AuditSettings()
     tools: ToolSettings = ToolSettings()
     transport: TransportSettings = TransportSettings()
+    tasks: TaskSettings = TaskSettings()
+    transfers: TransferSettings = TransferSettings()
     targets: tuple[TargetSpec, ...] = ()
     upstreams: tuple[UpstreamEntry, ...] = ()
     log_level: Literal["debug", "info", "warning", "error"] = "info"

@@ -11,7 +11,7 @@ import anyio.abc
 
 from ._agent_carrier import AgentCarrier
 from ._capabilities import PROBE_ARGV, CapabilityCache, parse_df
-from ._errors import PolicyDenied, ProbeError, RemoteOpsError
+from ._errors import InvalidRequest, PolicyDenied, ProbeError, RemoteOpsError
 from ._exec import Carrier, ExecRequest, RawExec, present
 from ._models import (
     Capabilities,
@@ -25,7 +25,7 @@ from ._models import (
     TransportStats,
 )
 from ._pool import MasterPool
-from ._render import validate_request
+from ._render import format_seconds, validate_request
 from ._resolve import IdentityResolver
 from ._settings import TargetSpec, TransportSettings
 from ._sshexec import SshProcessCarrier
@@ -156,12 +156,20 @@ class RemoteOps:
         spec = self.target(target)
         pool, carrier = self._ready()
         if (argv is None) == (shell is None):
-            raise ValueError("give exactly one of argv or shell")
+            raise InvalidRequest(target=target, field="argv", reason="give exactly one of argv or shell")
         words = ("sh", "-c", shell) if shell is not None else tuple(argv or ())
         limit = self._settings.exec_timeout_default_s if timeout_s is None else timeout_s
         if not 0 < limit <= self._settings.exec_timeout_max_s:
-            raise ValueError(f"timeout_s must be in (0, {self._settings.exec_timeout_max_s}]")
-        validate_request(words, cwd, env)
+            raise InvalidRequest(
+                target=target,
+                field="timeout_s",
+                reason=f"must be in (0, {format_seconds(self._settings.exec_timeout_max_s)}] seconds",
+            )
+        try:
+            validate_request(words, cwd, env)
+        except InvalidRequest as exc:
+            exc.target = target
+            raise
         request = ExecRequest(
             argv=words,
             time_limit_s=limit,
@@ -177,12 +185,16 @@ class RemoteOps:
             pool.record_failure(exc)
             raise
 
+    def _internal_limit(self, wanted_s: float) -> float:
+        """The gateway's own probes obey the operator's ceiling too (a ceiling below ``wanted_s`` wins)."""
+        return min(wanted_s, self._settings.exec_timeout_max_s)
+
     async def capabilities(self, name: str, *, refresh: bool = False) -> Capabilities:
         spec = self.target(name)
         identity = await self._resolver.resolve(spec)
 
         async def probe() -> ExecResult:
-            return await self.run(name, PROBE_ARGV, timeout_s=30)
+            return await self.run(name, PROBE_ARGV, timeout_s=self._internal_limit(30.0))
 
         carrier = self._agent_carrier()
         if refresh:
@@ -223,7 +235,9 @@ class RemoteOps:
                 record("capabilities", exc)
         if caps is not None:
             try:
-                result = await self.run(name, ["df", "-P", "-k"], timeout_s=_DIAG_LIMIT_S)
+                result = await self.run(
+                    name, ["df", "-P", "-k"], timeout_s=self._internal_limit(_DIAG_LIMIT_S)
+                )
                 disks = parse_df(result.stdout)
                 if result.exit_code != 0 and not disks:
                     raise ProbeError(f"df exited {result.exit_code}", target=name)
@@ -232,7 +246,7 @@ class RemoteOps:
             if caps.tools.get("systemctl"):
                 try:
                     argv = ["systemctl", "--failed", "--no-legend", "--plain", "--no-pager"]
-                    result = await self.run(name, argv, timeout_s=_DIAG_LIMIT_S)
+                    result = await self.run(name, argv, timeout_s=self._internal_limit(_DIAG_LIMIT_S))
                     if result.exit_code != 0:
                         raise ProbeError(result.stderr.strip()[-300:] or "systemctl failed", target=name)
                     units = [line.split()[0] for line in result.stdout.splitlines() if line.strip()]

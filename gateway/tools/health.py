@@ -38,6 +38,9 @@ class HealthOut(Output):
     filtered_out: list[str] = Field(
         description="Own tools disabled by the operator's toolset/include/exclude choice."
     )
+    unavailable: dict[str, str] = Field(
+        description="Filtered-out tools the configuration cannot serve, with the reason.",
+    )
     audit: AuditHealth
     transport: dict[str, Any] = Field(
         description="ControlMaster pool counters and multiplex state; per target its carrier (agent | ssh)."
@@ -46,6 +49,8 @@ class HealthOut(Output):
         description="Per upstream: state, identity, counters, dropped/renamed tools; relayed resource, "
         "template and prompt counts, capabilities, surface_dropped/surface_renamed."
     )
+    tasks: dict[str, Any] = Field(description="Remote tasks: counts by state, remote directory, retention.")
+    state: dict[str, Any] = Field(description="The state store: its directory and records moved aside.")
 
 
 async def gateway_health(ctx: ToolContext, _: HealthIn) -> HealthOut:
@@ -59,9 +64,12 @@ async def gateway_health(ctx: ToolContext, _: HealthIn) -> HealthOut:
         own_tools=len(rt.catalog.enabled),
         relayed_tools=rt.relay.tool_count(),
         filtered_out=list(rt.catalog.filtered_out),
+        unavailable=dict(rt.catalog.unavailable),
         audit=AuditHealth.model_validate(rt.audit.status()),
         transport=rt.remote.stats().model_dump(mode="json"),
         upstreams=rt.redactor.any(rt.relay.health()),  # last errors may quote credentials
+        tasks=rt.tasks.health().model_dump(mode="json"),
+        state=rt.state.status(),
     )
 
 
@@ -81,7 +89,7 @@ SPECS: list[ToolSpec[Any, Any]] = [
         name="gateway_health",
         title="Gateway health",
         description="Version, uptime, enabled toolsets, tool counts (own, relayed, filtered out), audit-log "
-        "status, SSH transport counters and upstream state.",
+        "status, SSH transport counters, upstream state, task counts and state-store problems.",
         input_model=HealthIn,
         output_model=HealthOut,
         toolset=Toolset.INSPECT,

@@ -79,7 +79,10 @@ class ExecIn(Input):
 
 
 async def target_list(ctx: ToolContext, _: TargetListIn) -> TargetListOut:
-    return TargetListOut(targets=await ctx.runtime.remote.list_targets())
+    """Only the targets the caller's policy reaches (the others are not named at all)."""
+    infos = await ctx.runtime.remote.list_targets()
+    visible = set(ctx.visible_targets([info.name for info in infos]))
+    return TargetListOut(targets=[info for info in infos if info.name in visible])
 
 
 async def target_capabilities(ctx: ToolContext, args: CapabilitiesIn) -> Capabilities:

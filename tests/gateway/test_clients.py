@@ -227,9 +227,12 @@ HEALTH_FIELDS = {
     "own_tools",
     "relayed_tools",
     "filtered_out",
+    "unavailable",
     "audit",
     "transport",
     "upstreams",
+    "tasks",
+    "state",
 }
 
 

@@ -40,6 +40,11 @@ pytestmark = pytest.mark.slow
 
 Served = tuple[BlockingPortal, Client, dict[str, types.Tool]]
 ALLOWED_FAILURES = {"validation_error", "policy_denied"}
+# Tools over stored objects answer a generated (well-formed, unknown) ID with not_found: a normal answer.
+ALLOWED_BY_PREFIX = {"task_": {"not_found"}}
+# Not fuzzed here, each for a reason (their bad input has its own tests): generated local/remote paths with
+# `delete` could reach outside any sandbox (transfers), and a started task outlives the test (detached).
+NOT_FUZZED = {"remote_upload", "remote_download", "remote_sync", "task_start"}
 _IGNORED_KEYWORDS = {"title", "description", "default"}
 _HOSTILE_TEXT = ["", "\x00", "a\x00b", "\ud800", "x\udfff", "demo", " ", "-", "\n"]
 
@@ -61,13 +66,15 @@ def from_schema(schema: dict[str, Any], name: str = "") -> Any:
     """A hypothesis strategy for values the JSON schema admits (the subset pydantic emits)."""
     unknown = set(schema) - _IGNORED_KEYWORDS - {
         "type", "properties", "required", "additionalProperties", "anyOf", "minLength", "maxLength",
-        "items", "minItems", "exclusiveMinimum", "enum",
+        "items", "minItems", "maxItems", "exclusiveMinimum", "minimum", "maximum", "enum", "const", "pattern",
     }  # fmt: skip
     assert not unknown, f"schema keyword(s) {unknown} at {name!r}: teach from_schema about them"
     if "anyOf" in schema:
         return st.one_of([from_schema(option, name) for option in schema["anyOf"]])
     if "enum" in schema:
         return st.sampled_from(schema["enum"])
+    if "const" in schema:
+        return st.just(schema["const"])
     kind = schema.get("type")
     if kind == "object":
         extra = schema.get("additionalProperties", True)
@@ -82,18 +89,29 @@ def from_schema(schema: dict[str, Any], name: str = "") -> Any:
             optional={k: v for k, v in strategies.items() if k not in required},
         )
     if kind == "string":
-        return _text(min_size=schema.get("minLength", 0), max_size=schema.get("maxLength"))
+        text = _text(min_size=schema.get("minLength", 0), max_size=schema.get("maxLength"))
+        if "pattern" in schema:  # mostly values that match (so calls get past validation), some that do not
+            return st.one_of(st.from_regex(schema["pattern"], fullmatch=True), text)
+        return text
     if kind == "array":
         items = from_schema(schema["items"], f"{name}[]")
-        return st.lists(items, min_size=schema.get("minItems", 0), max_size=5)
+        return st.lists(items, min_size=schema.get("minItems", 0), max_size=min(5, schema.get("maxItems", 5)))
     if kind == "boolean":
         return st.booleans()
     if kind == "null":
         return st.none()
-    if kind == "number":
-        low = schema.get("exclusiveMinimum")
-        floats = st.floats(min_value=low, exclude_min=low is not None, allow_nan=False, allow_infinity=False)
-        return st.one_of(floats, st.integers(min_value=1, max_value=10**400), st.just(10**400))
+    if kind in ("number", "integer"):
+        exclusive = "exclusiveMinimum" in schema
+        low = schema.get("exclusiveMinimum", schema.get("minimum"))
+        high = schema.get("maximum")
+        ints = st.integers(min_value=None if low is None else int(low) + 1, max_value=high)
+        huge = [] if high is not None else [st.integers(min_value=1, max_value=10**400), st.just(10**400)]
+        if kind == "integer":
+            return st.one_of(ints, *huge)
+        floats = st.floats(
+            min_value=low, max_value=high, exclude_min=exclusive, allow_nan=False, allow_infinity=False
+        )
+        return st.one_of(floats, *huge)
     raise AssertionError(f"schema type {kind!r} at {name!r}: teach from_schema about it")
 
 
@@ -131,10 +149,10 @@ async def _gateway(workdir: Path) -> AsyncIterator[tuple[Client, list[types.Tool
             "transport": {
                 "control_dir": str(workdir / "cm"),
                 "exec_timeout_default_s": 2,
-                # Not lower: remoteops probes capabilities with a fixed 30 s limit and refuses it with a
-                # bare ValueError (-> internal_error) under a smaller ceiling (found by this test).
-                "exec_timeout_max_s": 30,
+                # Below the 30 s capability probe: the gateway's own probes obey the operator's ceiling.
+                "exec_timeout_max_s": 5,
             },
+            "tools": {"toolsets": ["inspect", "manage", "execute", "teardown", "upstream"]},
         }
     )
     async with (
@@ -169,11 +187,12 @@ def _check(served: Served, name: str, args: dict[str, Any]) -> None:
     if result.is_error:
         error = error_payload(result)
         assert error is not None, result
-        assert error["code"] in ALLOWED_FAILURES, (name, error)
+        allowed = ALLOWED_FAILURES.union(*(v for k, v in ALLOWED_BY_PREFIX.items() if name.startswith(k)))
+        assert error["code"] in allowed, (name, error)
         assert result.structured_content is None
 
 
-_TOOL_NAMES = [spec.name for spec in all_specs()]
+_TOOL_NAMES = [spec.name for spec in all_specs() if spec.name not in NOT_FUZZED]
 
 
 @pytest.mark.parametrize("name", _TOOL_NAMES)

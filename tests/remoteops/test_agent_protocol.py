@@ -256,7 +256,8 @@ def _environ(pid: int) -> bytes:
 async def _until_exec(pid: int, entry: bytes) -> None:
     """Wait (bounded) until the child has exec'd: /proc/PID/environ reads empty between fork and exec."""
     with anyio.fail_after(10):
-        while entry not in _environ(pid):
+        # another process's exec has no event to wait on: poll /proc, bounded
+        while entry not in _environ(pid):  # noqa: ASYNC110
             await anyio.sleep(0.01)
 
 
