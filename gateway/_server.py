@@ -192,5 +192,10 @@ def build_server(rt: Runtime, *, stdio_principal: str | None = None) -> GatewayS
         policy=Policy.from_settings(rt.settings.auth),
     )
     rt.relay.add_listener(server.notify_tools_changed)
-    register_surface(server, rt, lambda: server._principal().label)  # resources, prompts: _server_surface
+    register_surface(  # resources, prompts: _server_surface; gated by the same policy as tools
+        server,
+        rt,
+        lambda: server._principal().label,
+        lambda: server.policy.allows_toolset(server._principal(), "upstream"),
+    )
     return server

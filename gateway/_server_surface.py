@@ -118,25 +118,34 @@ async def _served(ctx: Ctx) -> None:
 class SurfaceHandlers:
     """The handlers, one method each (as ``GatewayServer``'s own); the runtime comes from the context."""
 
-    def __init__(self, principal: Callable[[], str]) -> None:
+    def __init__(self, principal: Callable[[], str], allowed: Callable[[], bool]) -> None:
         self._principal = principal
+        self._allowed = allowed  # the one policy: may this caller reach the upstream toolset?
         self.clients = _Clients()
 
-    async def _enter(self, ctx: Ctx) -> Connection:
+    async def _enter(self, ctx: Ctx, *, listing: bool = False) -> Connection | None:
+        """The caller's connection, or None for a list the policy hides; a read, get, completion or
+        subscription outside the caller's scopes is refused like a filtered name (``-32602``)."""
         connection = self.clients.remember(ctx)
         await _served(ctx)
+        if not self._allowed():
+            if listing:
+                return None
+            raise MCPError(types.INVALID_PARAMS, "not available to this caller (upstream toolset)")
         return connection
 
     async def on_list_resources(
         self, ctx: Ctx, params: types.PaginatedRequestParams
     ) -> types.ListResourcesResult:
-        await self._enter(ctx)
+        if await self._enter(ctx, listing=True) is None:
+            return types.ListResourcesResult(resources=[])
         return types.ListResourcesResult(resources=await ctx.lifespan_context.relay.surface.list_resources())
 
     async def on_list_resource_templates(
         self, ctx: Ctx, params: types.PaginatedRequestParams
     ) -> types.ListResourceTemplatesResult:
-        await self._enter(ctx)
+        if await self._enter(ctx, listing=True) is None:
+            return types.ListResourceTemplatesResult(resource_templates=[])
         templates = await ctx.lifespan_context.relay.surface.list_resource_templates()
         return types.ListResourceTemplatesResult(resource_templates=templates)
 
@@ -149,7 +158,8 @@ class SurfaceHandlers:
     async def on_list_prompts(
         self, ctx: Ctx, params: types.PaginatedRequestParams
     ) -> types.ListPromptsResult:
-        await self._enter(ctx)
+        if await self._enter(ctx, listing=True) is None:
+            return types.ListPromptsResult(prompts=[])
         return types.ListPromptsResult(prompts=await ctx.lifespan_context.relay.surface.list_prompts())
 
     async def on_get_prompt(self, ctx: Ctx, params: types.GetPromptRequestParams) -> types.GetPromptResult:
@@ -164,6 +174,7 @@ class SurfaceHandlers:
         self, ctx: Ctx, params: types.SubscribeRequestParams
     ) -> types.EmptyResult:
         connection = await self._enter(ctx)
+        assert connection is not None  # only lists are hidden; everything else raised  # noqa: S101
         clients, uri = self.clients, params.uri
         subscribed = clients.subscribers.setdefault(uri, weakref.WeakSet())
         if uri not in clients.upstream_of or not subscribed:  # the first subscriber subscribes upstream
@@ -175,6 +186,7 @@ class SurfaceHandlers:
         self, ctx: Ctx, params: types.UnsubscribeRequestParams
     ) -> types.EmptyResult:
         connection = await self._enter(ctx)
+        assert connection is not None  # only lists are hidden; everything else raised  # noqa: S101
         clients, uri = self.clients, params.uri
         subscribed = clients.subscribers.get(uri)
         if subscribed is not None:
@@ -187,9 +199,12 @@ class SurfaceHandlers:
         return types.EmptyResult()
 
 
-def register_surface(server: Server[Runtime], rt: Runtime, principal: Callable[[], str]) -> None:
-    """Add the handlers and the capability middleware to ``server``; forward ``rt``'s upstream notices."""
-    handlers = SurfaceHandlers(principal)
+def register_surface(
+    server: Server[Runtime], rt: Runtime, principal: Callable[[], str], allowed: Callable[[], bool]
+) -> None:
+    """Add the handlers and the capability middleware to ``server``; forward ``rt``'s upstream notices.
+    ``allowed`` is the policy's answer for the calling principal and the ``upstream`` toolset."""
+    handlers = SurfaceHandlers(principal, allowed)
     add = server.add_request_handler
     add("resources/list", types.PaginatedRequestParams, handlers.on_list_resources)
     add("resources/templates/list", types.PaginatedRequestParams, handlers.on_list_resource_templates)
