@@ -16,6 +16,8 @@ written as a stream (no rotation); one without a reader is a failed write, never
 
 Lifecycle: ``async with AuditLog(...)`` runs the writer task; leaving it writes what is queued (bounded by
 ``close_timeout_s``, shielded from cancellation) and counts anything it could not write as failed.
+
+Relayed resource reads and prompt gets leave one record each too (``relayed_request``), on the same path.
 """
 
 from __future__ import annotations
@@ -324,6 +326,37 @@ class AuditLog:
             **({"incident": incident} if incident else {}),
             **({"identity": identity} if identity else {}),
             **({"facts": facts} if facts else {}),
+        )
+
+    def relayed_request(
+        self,
+        event: str,
+        *,
+        request_id: str,
+        principal: str,
+        upstream: str | None,
+        subject: dict[str, str],
+        outcome: str,
+        error_code: str | None,
+        duration_ms: float,
+        arguments: dict[str, Any] | None,
+        incident: str | None = None,
+    ) -> None:
+        """One record per relayed request that is not a tool call (``resource_read``, ``prompt_get``):
+        ``subject`` names it (``{"uri": ...}``, ``{"prompt": ...}``); argument values arrive digested."""
+        self._log.info(
+            event,
+            time=datetime.now(UTC).isoformat(timespec="milliseconds"),
+            request_id=request_id,
+            principal=principal,
+            toolset="upstream",
+            upstream=upstream,
+            **subject,
+            outcome=outcome,
+            error_code=error_code,
+            duration_ms=round(duration_ms, 3),
+            arguments=arguments,
+            **({"incident": incident} if incident else {}),
         )
 
     def status(self) -> dict[str, Any]:

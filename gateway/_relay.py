@@ -1,5 +1,8 @@
 """The gateway side of relaying: merge upstream tools into the catalog, gate them, route calls.
 
+Resources, resource templates and prompts are relayed by ``relay.surface`` (``gateway._surface_relay``)
+under the same rules.
+
 Tool definitions and results pass through unchanged. The only change ever made to a relayed tool is
 its *name*, and only when the operator asked for it (a ``prefix``) or when it collides with an own tool
 and the collision rule says ``prefix_upstream``; with ``prefer_own`` the relayed tool is dropped. Every
@@ -24,8 +27,9 @@ import mcp_types as types
 import structlog
 
 from gateway._redact import Redactor
+from gateway._surface_relay import SurfaceRelay
 from gateway.config import UpstreamEntry
-from upstream import ElicitCallback, ProgressCallback, StderrLine, Upstream, UpstreamError
+from upstream import ElicitCallback, ProgressCallback, StderrLine, SurfaceNotice, Upstream, UpstreamError
 
 __all__ = ["Relay", "RelayedTool"]
 
@@ -76,12 +80,17 @@ class Relay:
             Upstream(
                 entry.connection,
                 on_tools_changed=self._make_changed_handler(index),
+                on_surface_changed=self._make_notice_handler(index),
                 on_stderr=_log_stderr,
                 on_secret=on_secret,
             )
             for index, entry in enumerate(self._entries)
         ]
         self._views = [_View() for _ in self._entries]
+        self.surface = SurfaceRelay(
+            self._entries, self._upstreams, enabled=enabled, first_connections=self.first_connections
+        )
+        """Relayed resources, resource templates, prompts and completions (``gateway._surface``)."""
         self._listeners: list[Callable[[], Awaitable[None]]] = []
         self._stack: AsyncExitStack | None = None
 
@@ -108,6 +117,12 @@ class Relay:
                 await listener()
 
         return changed
+
+    def _make_notice_handler(self, index: int) -> Callable[[SurfaceNotice], Awaitable[None]]:
+        async def notice(notice: SurfaceNotice) -> None:
+            await self.surface.on_notice(index, notice)
+
+        return notice
 
     def add_listener(self, listener: Callable[[], Awaitable[None]]) -> None:
         """Called after any upstream's tool list changed (the server forwards list_changed)."""
@@ -232,6 +247,7 @@ class Relay:
                     "relayed_tools": len(view.tools),
                     "dropped": view.dropped,
                     "renamed": view.renamed,
+                    **self.surface.health(index),
                 }
             )
         return out

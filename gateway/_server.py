@@ -33,6 +33,7 @@ from mcp.shared.message import ServerMessageMetadata
 from gateway._dispatch import dispatch_call
 from gateway._policy import Policy, Principal
 from gateway._runtime import Runtime
+from gateway._server_surface import register_surface
 from upstream import ElicitCallback
 
 __all__ = ["GatewayServer", "build_server"]
@@ -191,4 +192,10 @@ def build_server(rt: Runtime, *, stdio_principal: str | None = None) -> GatewayS
         policy=Policy.from_settings(rt.settings.auth),
     )
     rt.relay.add_listener(server.notify_tools_changed)
+    register_surface(  # resources, prompts: _server_surface; gated by the same policy as tools
+        server,
+        rt,
+        lambda: server._principal().label,
+        lambda: server.policy.allows_toolset(server._principal(), "upstream"),
+    )
     return server

@@ -238,6 +238,9 @@ PUBLIC = {
         "SecretCallback",
         "StderrCallback",
         "StderrLine",
+        "SurfaceCallback",
+        "SurfaceKind",
+        "SurfaceNotice",
         "ToolsChangedCallback",
         "Upstream",
         "UpstreamAmbiguous",
@@ -250,6 +253,7 @@ PUBLIC = {
         "UpstreamSessionLost",
         "UpstreamSettings",
         "UpstreamState",
+        "UpstreamSurface",
         "UpstreamUnavailable",
     },
     "remoteops": {

@@ -1,5 +1,5 @@
 """The client of one upstream MCP server: supervised connection, single-flight reconnect,
-no replay after ambiguous loss, faithful passthrough of tools and results.
+no replay after ambiguous loss, faithful passthrough of tools, resources, prompts and their results.
 
 Knows nothing of `gateway` or `remoteops`. The exception tree is drawn in `upstream._errors`.
 """
@@ -19,6 +19,8 @@ from upstream._health import UpstreamHealth, UpstreamState
 from upstream._reconnect import Backoff
 from upstream._settings import UpstreamSettings
 from upstream._stderr import StderrCallback, StderrLine
+from upstream._surface import SurfaceCallback, SurfaceKind, SurfaceNotice
+from upstream._surface_api import UpstreamSurface
 from upstream._transport import SecretCallback
 from upstream._upstream import ProgressCallback, ToolsChangedCallback, Upstream
 
@@ -29,6 +31,9 @@ __all__ = [
     "SecretCallback",
     "StderrCallback",
     "StderrLine",
+    "SurfaceCallback",
+    "SurfaceKind",
+    "SurfaceNotice",
     "ToolsChangedCallback",
     "Upstream",
     "UpstreamAmbiguous",
@@ -41,5 +46,6 @@ __all__ = [
     "UpstreamSessionLost",
     "UpstreamSettings",
     "UpstreamState",
+    "UpstreamSurface",
     "UpstreamUnavailable",
 ]

@@ -17,7 +17,7 @@ from mcp.shared.exceptions import MCPError
 
 from upstream._transport import LOCAL_MARK
 
-__all__ = ["Outcome", "classify", "list_all_tools"]
+__all__ = ["Outcome", "call_params", "classify", "leg_meta", "list_all_tools"]
 
 _PAGE_CAP: Final = 100
 # Messages the SDK itself synthesises (never from the peer) when a transport breaks.
@@ -27,6 +27,7 @@ _SDK_TRANSPORT_MESSAGES: Final = (
     "SSE stream failed",
 )
 _SESSION_NOT_FOUND_CODES: Final = (types.INVALID_REQUEST, -32001)
+_RESERVED_META_PREFIX: Final = "io.modelcontextprotocol/"
 
 
 class Outcome(enum.Enum):
@@ -66,17 +67,29 @@ def classify(exc: MCPError, *, tag: str, connection_lost: bool) -> tuple[Outcome
     return Outcome.REJECTED, "MCPError"
 
 
+def leg_meta(meta: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    """The caller's `_meta` as it may travel on to the upstream: without its progressToken (progress is
+    relayed per call) and without the reserved `io.modelcontextprotocol/` keys — the 2026-07-28 request
+    envelope (protocol version, client info, capabilities) describes the caller's leg, and a handshake-era
+    upstream refuses a request carrying it; the upstream leg's SDK writes its own."""
+    kept = {
+        k: v
+        for k, v in (meta or {}).items()
+        if k not in ("progressToken", "progress_token") and not k.startswith(_RESERVED_META_PREFIX)
+    }
+    return kept or None
+
+
 def call_params(
     name: str, arguments: Mapping[str, Any] | None, meta: Mapping[str, Any] | None
 ) -> types.CallToolRequestParams:
-    """Build tools/call params; a caller's progressToken is dropped (progress is relayed per call)."""
+    """Build tools/call params; the caller's `_meta` as `leg_meta` keeps it."""
     wire: dict[str, Any] = {"name": name}
     if arguments is not None:
         wire["arguments"] = dict(arguments)
-    if meta:
-        kept = {k: v for k, v in meta.items() if k not in ("progressToken", "progress_token")}
-        if kept:
-            wire["_meta"] = kept
+    kept = leg_meta(meta)
+    if kept:
+        wire["_meta"] = kept
     return types.CallToolRequestParams.model_validate(wire, by_alias=True)
 
 

@@ -21,6 +21,7 @@ from mcp import Client
 from mcp.client.session import ClientSession, IncomingMessage
 
 from upstream._elicit import ElicitRouter
+from upstream._surface import SurfaceNotices
 
 __all__ = ["DRAIN_S", "Abandoned", "Connection"]
 
@@ -53,6 +54,8 @@ class Connection:
     aborted: bool = False
     """The loss was declared by liveness: callers waiting on this connection were released at once."""
     list_changed: anyio.Event = field(default_factory=anyio.Event)
+    notices: SurfaceNotices = field(default_factory=SurfaceNotices)
+    """Resource/prompt notifications received on this connection, handed on by the supervisor."""
     client: Client | None = None
     connected_since: str | None = None
     requests: anyio.abc.TaskGroup | None = None
@@ -138,4 +141,6 @@ class Connection:
     async def handle_message(self, message: IncomingMessage) -> None:
         if isinstance(message, types.ToolListChangedNotification):
             self.list_changed.set()
+        else:
+            self.notices.note(message)
         await anyio.lowlevel.checkpoint()

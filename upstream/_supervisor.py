@@ -34,6 +34,7 @@ from upstream._liveness import LIVENESS_LOST, liveness
 from upstream._reconnect import Backoff
 from upstream._settings import UpstreamSettings
 from upstream._stderr import StderrCallback
+from upstream._surface import SurfaceCache, SurfaceCallback
 from upstream._transport import SecretCallback, open_client
 
 __all__ = ["Supervisor", "ToolsChangedCallback"]
@@ -66,12 +67,14 @@ class Supervisor:
         *,
         backoff: Backoff,
         on_tools_changed: ToolsChangedCallback | None,
+        on_surface_changed: SurfaceCallback | None = None,
         on_stderr: StderrCallback | None = None,
         on_secret: SecretCallback | None = None,
     ) -> None:
         self.settings = settings
         self.backoff = backoff
         self._on_tools_changed = on_tools_changed
+        self._on_surface_changed = on_surface_changed
         self._on_stderr = on_stderr
         self._on_secret = on_secret
         self.stats = Stats()
@@ -84,6 +87,11 @@ class Supervisor:
         self.tools: tuple[types.Tool, ...] | None = None
         self.protocol_version: str | None = None
         self.server_info: types.Implementation | None = None
+        self.capabilities: types.ServerCapabilities | None = None
+        """What the upstream declared on its last successful connect (kept through an outage)."""
+        self.surface = SurfaceCache()
+        self.subscriptions: set[str] = set()
+        """Resource URIs subscribed through this upstream; subscribed again on every new connection."""
         self.changed = anyio.Event()
 
     @property
@@ -188,6 +196,7 @@ class Supervisor:
                     conn.connected_since = utc_now_iso()
                     self.protocol_version = client.protocol_version
                     self.server_info = client.server_info
+                    self.capabilities = client.server_capabilities
                     changed = _dump(tools) != _dump(self.tools)
                     self.tools = tools
                     async with anyio.create_task_group() as requests:
@@ -195,6 +204,7 @@ class Supervisor:
                         self._publish(conn)
                         async with anyio.create_task_group() as conn_tg:
                             conn_tg.start_soon(self._refresh_tools, conn, changed)
+                            conn_tg.start_soon(self._forward_surface, conn)
                             conn_tg.start_soon(
                                 liveness, conn, self.settings, self.protocol_version, self._probe_answered
                             )
@@ -281,6 +291,29 @@ class Supervisor:
             self.tools = tools
             self.signal()
             await self._notify_tools_changed()
+
+    async def _forward_surface(self, conn: Connection) -> None:
+        """Re-subscribe what was subscribed before (a new session knows nothing), then hand the
+        upstream's resource/prompt notifications on, coalesced, until the connection ends."""
+        limit = self.settings.list_timeout_s
+        for uri in sorted(self.subscriptions):
+            request = types.SubscribeRequest(params=types.SubscribeRequestParams(uri=uri))
+            try:
+                with anyio.move_on_after(limit):
+                    await conn.request(partial(conn.session().send_request, request, types.EmptyResult))
+            except Abandoned:
+                return
+            except (MCPError, ValidationError) as exc:  # best effort: the next subscribe says more
+                self.stats.record_error(type(exc).__name__, f"resources/subscribe again failed for {uri}")
+        while True:
+            notice = await conn.notices.next()
+            self.surface.invalidate(notice.lists_changed)
+            if self._on_surface_changed is None:
+                continue
+            try:
+                await self._on_surface_changed(notice)
+            except Exception:  # boundary: a faulty gateway callback must not kill the supervisor
+                logger.exception("upstream %r: surface-changed callback raised", self.name)
 
     async def _notify_tools_changed(self) -> None:
         if self._on_tools_changed is None or self.tools is None:

@@ -1,6 +1,7 @@
 """`Upstream`: one supervised connection to one upstream MCP server.
 
-The facade: lifecycle, health, and the entry points `list_tools` and `call_tool`, whose retry
+The facade: lifecycle, health, and the entry points `list_tools`, `call_tool` and `relay` (any
+relayed request: resources, prompts and completions use it through `surface`), whose retry
 policy lives here (what provably never ran is re-sent; what may have run is reported ambiguous,
 never replayed). The connection itself is owned by a supervisor task: see `upstream._supervisor`.
 
@@ -14,13 +15,13 @@ from collections.abc import Callable, Mapping
 from contextlib import AsyncExitStack
 from functools import partial
 from types import TracebackType
-from typing import Any, Protocol, Self
+from typing import Any, Protocol, Self, TypeVar
 
 import anyio
 import anyio.abc
 import mcp_types as types
 from mcp.shared.exceptions import MCPError
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from upstream._calls import Outcome, call_params, classify
 from upstream._connection import Abandoned, Connection
@@ -39,9 +40,26 @@ from upstream._reconnect import Backoff
 from upstream._settings import UpstreamSettings
 from upstream._stderr import StderrCallback
 from upstream._supervisor import Supervisor, ToolsChangedCallback
+from upstream._surface import SurfaceCallback
+from upstream._surface_api import UpstreamSurface
 from upstream._transport import SecretCallback
 
-__all__ = ["ProgressCallback", "ToolsChangedCallback", "Upstream"]
+__all__ = ["ProgressCallback", "RelayedRequest", "ToolsChangedCallback", "Upstream"]
+
+R = TypeVar("R", bound=BaseModel)
+
+RelayedRequest = (
+    types.CallToolRequest
+    | types.ReadResourceRequest
+    | types.GetPromptRequest
+    | types.CompleteRequest
+    | types.SubscribeRequest
+    | types.UnsubscribeRequest
+    | types.ListResourcesRequest
+    | types.ListResourceTemplatesRequest
+    | types.ListPromptsRequest
+)
+"""The client requests this package relays (anything an MCP server serves to a client)."""
 
 _MAX_NOT_SENT_RETRIES = 3
 
@@ -64,13 +82,15 @@ class Upstream:
         settings: UpstreamSettings,
         *,
         on_tools_changed: ToolsChangedCallback | None = None,
+        on_surface_changed: SurfaceCallback | None = None,
         backoff: Backoff | None = None,
         on_stderr: StderrCallback | None = None,
         on_secret: SecretCallback | None = None,
     ) -> None:
         """`on_stderr` receives a stdio upstream's stderr line by line (default: the `upstream.stderr`
         logger); `on_secret` receives each credential read at runtime (a rotated bearer token) before
-        it is used, so the embedding application can redact it."""
+        it is used, so the embedding application can redact it. `on_surface_changed` receives the
+        upstream's resource/prompt notifications (list_changed, resources/updated), coalesced."""
         self.settings = settings
         self.backoff = backoff or Backoff(
             initial_s=settings.backoff_initial_s,
@@ -82,10 +102,13 @@ class Upstream:
             settings,
             backoff=self.backoff,
             on_tools_changed=on_tools_changed,
+            on_surface_changed=on_surface_changed,
             on_stderr=on_stderr,
             on_secret=on_secret,
         )
         self._exit_stack: AsyncExitStack | None = None
+        self.surface = UpstreamSurface(self)
+        """Resources, resource templates, prompts and completions (`upstream._surface_api`)."""
 
     @property
     def name(self) -> str:
@@ -182,6 +205,27 @@ class Upstream:
         UpstreamRejected (JSON-RPC error from the upstream), UpstreamProtocolError, UpstreamClosed.
         """
         request = types.CallToolRequest(params=call_params(name, arguments, meta))
+        return await self.relay(request, types.CallToolResult, subject=name, progress=progress, elicit=elicit)
+
+    async def relay(
+        self,
+        request: RelayedRequest,
+        result_type: type[R],
+        *,
+        subject: str,
+        limit_s: float | None = None,
+        progress: ProgressCallback | None = None,
+        elicit: ElicitCallback | None = None,
+    ) -> R:
+        """Send one request and return the upstream's result unchanged, under the relay's one retry
+        policy: what provably never ran (not sent; a definitive "session not found", once) is sent
+        again on the next connection; what may have run is reported (`UpstreamAmbiguous`), never
+        re-sent. `subject` names the request in errors (a tool name, a resource URI, a prompt name);
+        `limit_s` bounds the answer (default `call_timeout_s`; past it: `UpstreamCallTimeout`).
+
+        Raises the exceptions listed for `call_tool`.
+        """
+        method = request.method
         started = anyio.current_time()
         session_retried = False
         not_sent = 0
@@ -189,25 +233,25 @@ class Upstream:
             conn = await self._acquire(started)
             session = conn.session()
             sent_at = anyio.current_time()
-            limit = self.settings.call_timeout_s
+            limit = self.settings.call_timeout_s if limit_s is None else limit_s
             routed = conn.router.enter(elicit, deadline=sent_at + limit)
             answered = False  # stays False if cancelled or abandoned: the upstream may still run it
 
-            send = partial(session.send_request, request, types.CallToolResult, progress_callback=progress)
-            result: types.CallToolResult | None = None
+            send = partial(session.send_request, request, result_type, progress_callback=progress)
+            result: R | None = None
             try:
                 with anyio.move_on_after(limit):
                     result = await conn.request(send)
                 answered = result is not None
             except Abandoned as exc:
-                raise self._ambiguous(name, sent_at, exc.reason) from None
+                raise self._ambiguous(subject, sent_at, exc.reason) from None
             except MCPError as exc:
                 answered = True
                 outcome, error_class = classify(exc, tag=conn.tag, connection_lost=conn.lost.is_set())
                 if outcome is Outcome.REJECTED:
                     raise UpstreamRejected(
                         upstream=self.name,
-                        method="tools/call",
+                        method=method,
                         code=exc.code,
                         message=exc.message,
                         data=exc.data,
@@ -229,18 +273,18 @@ class Upstream:
                     self._sup.signal()
                     continue
                 conn.mark_lost(error_class)
-                raise self._ambiguous(name, sent_at, error_class) from exc
+                raise self._ambiguous(subject, sent_at, error_class) from exc
             except ValidationError as exc:
                 answered = True
                 raise UpstreamProtocolError(
-                    f"upstream {self.name!r} sent an invalid tools/call result",
+                    f"upstream {self.name!r} sent an invalid {method} result",
                     upstream=self.name,
-                    method="tools/call",
+                    method=method,
                 ) from exc
             finally:
                 conn.router.leave(routed, answered=answered)
             if result is None:
-                raise self._timed_out(name, sent_at, limit)
+                raise self._timed_out(subject, sent_at, limit)
             return result
 
     def _timed_out(self, tool: str, sent_at: float, limit: float) -> UpstreamCallTimeout:

@@ -46,7 +46,8 @@ class HealthOut(Output):
         description="ControlMaster pool counters and multiplex state; per target its carrier (agent | ssh)."
     )
     upstreams: list[dict[str, Any]] = Field(
-        description="Per upstream: state, identity, counters, dropped/renamed."
+        description="Per upstream: state, identity, counters, dropped/renamed tools; relayed resource, "
+        "template and prompt counts, capabilities, surface_dropped/surface_renamed."
     )
     tasks: dict[str, Any] = Field(description="Remote tasks: counts by state, remote directory, retention.")
     state: dict[str, Any] = Field(description="The state store: its directory and records moved aside.")

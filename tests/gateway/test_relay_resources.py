@@ -1,0 +1,249 @@
+"""Relayed resources, prompts and completions against the fault-injecting upstream (real processes).
+
+Fault semantics equal the tools': a read whose upstream dies mid-read is ``upstream_ambiguous`` and never
+re-sent; a read the upstream refused with "session not found" is re-sent once, on a fresh session.
+Subscriptions and list_changed are forwarded; collisions between two upstreams follow the documented rule
+and are listed in ``gateway_health``; with no upstream that has them, no capability is advertised.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import anyio
+import mcp_types as types
+import pytest
+from mcp import Client, MCPError
+from mcp.client.session import IncomingMessage
+
+from tests.fixtures.procs import free_port
+from tests.gateway.test_relay import connection, poll_upstream, serve_gateway, upstream_health
+from tests.upstream.conftest import FAST_BACKOFF, FAULT_SERVER, FaultServer
+
+pytestmark = pytest.mark.anyio
+
+
+class SurfaceFault(FaultServer):
+    """The fault upstream with its two surface tools (touch, add_prompt)."""
+
+    def spawn(self) -> subprocess.Popen[bytes]:
+        argv = [sys.executable, str(FAULT_SERVER), "--state-dir", str(self.state_dir), "--surface-tools"]
+        argv += ["--http", str(self.port), "--page-size", str(self.page_size)]
+        self.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
+        return self.proc
+
+
+@asynccontextmanager
+async def surface_fault(state_dir: Path) -> AsyncIterator[SurfaceFault]:
+    await anyio.Path(state_dir).mkdir()
+    server = SurfaceFault(state_dir, free_port())
+    await server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+class Notices:
+    """A client ``message_handler`` keeping resource/prompt notifications; wakes waiters."""
+
+    def __init__(self) -> None:
+        self.received: list[IncomingMessage] = []
+        self._arrived = anyio.Event()
+
+    async def __call__(self, message: IncomingMessage) -> None:
+        if isinstance(message, (types.ResourceUpdatedNotification, types.PromptListChangedNotification)):
+            self.received.append(message)
+            self._arrived.set()
+            self._arrived = anyio.Event()
+
+    async def wait_for(self, kind: type[Any]) -> Any:
+        """The first notice of ``kind`` (caller bounds the wait)."""
+        while True:
+            for message in self.received:
+                if isinstance(message, kind):
+                    return message
+            await self._arrived.wait()
+
+
+async def subscription(client: Client, uri: str, *, subscribe: bool) -> None:
+    """resources/(un)subscribe on the wire (the SDK's helpers warn: removed in 2026-07-28)."""
+    if subscribe:
+        request: Any = types.SubscribeRequest(params=types.SubscribeRequestParams(uri=uri))
+    else:
+        request = types.UnsubscribeRequest(params=types.UnsubscribeRequestParams(uri=uri))
+    await client.session.send_request(request, types.EmptyResult)
+
+
+def text(result: types.ReadResourceResult) -> str:
+    content = result.contents[0]
+    assert isinstance(content, types.TextResourceContents)
+    return content.text
+
+
+def audit_records(state_dir: Path, event: str) -> list[dict[str, Any]]:
+    lines = (state_dir / "audit.jsonl").read_text().splitlines()
+    return [record for record in map(json.loads, lines) if record["event"] == event]
+
+
+async def test_a_read_whose_stdio_upstream_dies_mid_read_is_ambiguous_and_never_sent_again(
+    tmp_path: Path,
+) -> None:
+    command = [sys.executable, str(FAULT_SERVER), "--state-dir", str(tmp_path), "--stdio"]
+    conn = {"name": "fault", "transport": "stdio", "command": command, **FAST_BACKOFF}
+    async with serve_gateway(tmp_path, upstreams=[{"connection": conn}]) as (client, rt):
+        with anyio.fail_after(30):
+            with pytest.raises(MCPError) as lost:
+                await client.read_resource("fault://die/d1")
+            await poll_upstream(
+                client, lambda up: up["state"] == "connected" and up["connect_successes"] >= 2
+            )
+            after = await client.read_resource("fault://count/after")
+    counts = json.loads((tmp_path / "counts.json").read_text())
+    assert lost.value.error.code == -32603
+    assert isinstance(lost.value.error.data, dict)
+    assert lost.value.error.data["code"] == "upstream_ambiguous"
+    assert lost.value.error.data["details"]["may_have_run"] is True
+    assert text(after) == "1"
+    assert counts["d1"] == 1  # ran once, never re-sent on the new connection
+    reads = audit_records(rt.settings.state_dir, "resource_read")
+    assert [(r["uri"], r["error_code"]) for r in reads] == [
+        ("fault://die/d1", "upstream_ambiguous"),
+        ("fault://count/after", None),
+    ]
+
+
+async def test_a_read_refused_with_session_not_found_is_sent_again_once_and_runs_once(
+    tmp_path: Path, fault: FaultServer
+) -> None:
+    async with serve_gateway(tmp_path, upstreams=[{"connection": connection(fault)}]) as (client, _):
+        with anyio.fail_after(30):
+            first = await client.read_resource("fault://count/s1")
+            response = await fault.control("POST", "/control/forget", times=1)
+            assert response.status_code == 200
+            second = await client.read_resource("fault://count/s2")
+            up = await upstream_health(client)
+    assert (text(first), text(second)) == ("1", "1")
+    assert fault.counts()["s2"] == 1
+    assert up["session_not_found_retries"] == 1
+
+
+async def test_subscriptions_resource_updates_and_prompt_list_changes_reach_the_client(
+    tmp_path: Path,
+) -> None:
+    async with surface_fault(tmp_path / "fault") as fault:
+        notices = Notices()
+        settings: dict[str, Any] = {"upstreams": [{"connection": connection(fault, first_list_wait_s=20)}]}
+        async with serve_gateway(tmp_path, notices, **settings) as (client, _):  # type: ignore[arg-type]
+            with anyio.fail_after(30):
+                capabilities = client.server_capabilities
+                await subscription(client, "fault://static", subscribe=True)
+                subscribed = json.loads((fault.state_dir / "subscribed.json").read_text())
+                await client.call_tool("touch", {"uri": "fault://static"})
+                updated = await notices.wait_for(types.ResourceUpdatedNotification)
+                await client.call_tool("add_prompt", {"name": "later"})
+                await notices.wait_for(types.PromptListChangedNotification)
+                prompts = {prompt.name for prompt in (await client.list_prompts()).prompts}
+                await subscription(client, "fault://static", subscribe=False)
+                unsubscribed = json.loads((fault.state_dir / "subscribed.json").read_text())
+    assert capabilities.resources is not None
+    assert capabilities.resources.subscribe is True
+    assert subscribed == ["fault://static"]
+    assert updated.params.uri == "fault://static"
+    assert prompts == {"greet", "later"}
+    assert unsubscribed == []
+
+
+async def test_two_upstreams_serving_the_same_prompt_and_templates_collide_by_the_documented_rule(
+    tmp_path: Path,
+) -> None:
+    async with surface_fault(tmp_path / "one") as one, surface_fault(tmp_path / "two") as two:
+        upstreams = [
+            {"connection": connection(one, name="one", first_list_wait_s=20)},
+            {
+                "connection": connection(two, name="two", first_list_wait_s=20),
+                "on_collision": "prefix_upstream",
+            },
+        ]
+        async with serve_gateway(tmp_path, upstreams=upstreams) as (client, rt):
+            with anyio.fail_after(30):
+                prompts = [prompt.name for prompt in (await client.list_prompts()).prompts]
+                templates = [
+                    t.uri_template for t in (await client.list_resource_templates()).resource_templates
+                ]
+                greeted = await client.get_prompt("upstream_greet", {"name": "Ada"})
+                completed = await client.complete(
+                    types.PromptReference(type="ref/prompt", name="upstream_greet"),
+                    {"name": "name", "value": "a"},
+                )
+                read = await client.read_resource("fault://count/c1")
+                second = await upstream_health(client, "two")
+    assert prompts == ["greet", "upstream_greet"]
+    assert templates == ["fault://count/{call_id}", "fault://slow/{call_id}", "fault://die/{call_id}"]
+    message = greeted.messages[0].content
+    assert isinstance(message, types.TextContent)
+    assert message.text == "Hello Ada"
+    assert completed.completion.values == ["alpha"]
+    assert text(read) == "1"
+    assert one.counts() == {"c1": 1}  # routed to the first upstream only
+    assert two.counts() == {}
+    assert {"kind": "prompt", "name": "greet", "exposed_as": "upstream_greet"} in second["surface_renamed"]
+    dropped = {(d["kind"], d["name"]) for d in second["surface_dropped"]}
+    assert dropped == {
+        ("resource", "fault://static"),
+        ("resource_template", "fault://count/{call_id}"),
+        ("resource_template", "fault://slow/{call_id}"),
+        ("resource_template", "fault://die/{call_id}"),
+    }
+    gets = audit_records(rt.settings.state_dir, "prompt_get")
+    assert [(g["prompt"], g["upstream"], g["outcome"]) for g in gets] == [("upstream_greet", "two", "ok")]
+
+
+async def test_without_an_upstream_that_has_them_no_resource_prompt_or_completion_capability_is_offered(
+    tmp_path: Path,
+) -> None:
+    async with serve_gateway(tmp_path) as (client, _):
+        with anyio.fail_after(10):
+            capabilities = client.server_capabilities
+            with pytest.raises(MCPError) as resources:
+                await client.list_resources()
+            with pytest.raises(MCPError) as prompts:
+                await client.list_prompts()
+    assert capabilities.tools is not None
+    assert (capabilities.resources, capabilities.prompts, capabilities.completions) == (None, None, None)
+    assert resources.value.error.code == prompts.value.error.code == types.METHOD_NOT_FOUND
+
+
+async def subscribed_upstream(fault: FaultServer) -> list[str]:
+    """Poll the fault upstream's subscription file until it names a URI (the caller bounds it; the
+    re-subscription is no event the test can be notified of, like a port opening)."""
+    path = anyio.Path(fault.state_dir / "subscribed.json")
+    while True:
+        if await path.exists():
+            found: list[str] = json.loads(await path.read_text())
+            if found:
+                return found
+        await anyio.sleep(0.05)
+
+
+async def test_a_subscription_is_made_again_upstream_after_the_upstream_restarts(tmp_path: Path) -> None:
+    async with surface_fault(tmp_path / "fault") as fault:
+        settings: dict[str, Any] = {"upstreams": [{"connection": connection(fault, first_list_wait_s=20)}]}
+        async with serve_gateway(tmp_path, **settings) as (client, _):
+            with anyio.fail_after(45):
+                await subscription(client, "fault://static", subscribe=True)
+                before = await subscribed_upstream(fault)
+                fault.kill()
+                (fault.state_dir / "subscribed.json").unlink()  # the new process starts knowing nothing
+                await fault.start()
+                # The next request meets "session not found" and is sent again on a new connection.
+                probe = await client.read_resource("fault://count/restart-probe")
+                after = await subscribed_upstream(fault)
+    assert before == after == ["fault://static"]
+    assert text(probe) == "1"
