@@ -4,21 +4,17 @@ from __future__ import annotations
 
 import base64
 import binascii
-import re
-from typing import Annotated, Any, Literal, Self
+from typing import Any, Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field
 
 from gateway._catalog import Toolset, ToolSpec
 from gateway._context import ToolContext
 from gateway._errors import ErrorCode, ToolFailure
-from gateway.tools._base import Input, Output
+from gateway.tools._base import CommandIn, Input, Output, TargetName
 from remoteops import Capabilities, DiagnoseReport, ExecResult, TargetInfo
 
 __all__ = ["SPECS"]
-
-_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-TargetName = Annotated[str, Field(min_length=1, max_length=128, description="A configured target name.")]
 
 
 class TargetIn(Input):
@@ -37,35 +33,12 @@ class TargetListOut(Output):
     targets: list[TargetInfo]
 
 
-class ExecIn(Input):
-    target: TargetName
-    argv: list[str] | None = Field(
-        None, min_length=1, description="Program and arguments, executed literally (no shell). Preferred."
-    )
-    shell: str | None = Field(None, min_length=1, description="A POSIX sh command string, run as sh -c.")
-    cwd: str | None = Field(None, min_length=1, description="Working directory on the target.")
-    env: dict[str, str] = Field(
-        default_factory=dict, description="Extra environment variables (names validated)."
-    )
+class ExecIn(CommandIn):
     stdin: str | None = Field(None, description="Data for the command's stdin.")
     stdin_encoding: Literal["text", "base64"] = "text"
     timeout_s: float | None = Field(
         None, gt=0, description="Time limit enforced locally and on the target (default 60 s)."
     )
-
-    @field_validator("env")
-    @classmethod
-    def _env_names(cls, value: dict[str, str]) -> dict[str, str]:
-        bad = sorted(name for name in value if not _ENV_NAME.match(name))
-        if bad:
-            raise ValueError(f"invalid environment variable name(s): {', '.join(bad)}")
-        return value
-
-    @model_validator(mode="after")
-    def _one_command(self) -> Self:
-        if (self.argv is None) == (self.shell is None):
-            raise ValueError("give exactly one of argv or shell")
-        return self
 
     def stdin_bytes(self) -> bytes | None:
         if self.stdin is None:

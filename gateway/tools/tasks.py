@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 from typing import Annotated, Any, Literal, Self
 
 from pydantic import Field, field_validator, model_validator
@@ -10,44 +9,22 @@ from pydantic import Field, field_validator, model_validator
 from gateway._catalog import Toolset, ToolSpec
 from gateway._context import ToolContext
 from gateway._errors import ErrorCode, ToolFailure
-from gateway.tools._base import Input, Output
+from gateway.tools._base import CommandIn, Input, Output, TargetName
 from remoteops import TaskCancelResult, TaskInfo, TaskOutput, TaskState, TaskStream, TaskWaitResult
 
 __all__ = ["SPECS"]
 
-_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 TaskId = Annotated[
     str, Field(pattern=r"^t-[0-9a-f]{16}$", description="A task ID as returned by task_start.")
 ]
-TargetName = Annotated[str, Field(min_length=1, max_length=128, description="A configured target name.")]
 
 
-class TaskStartIn(Input):
-    target: TargetName
-    argv: list[str] | None = Field(
-        None, min_length=1, description="Program and arguments, executed literally (no shell). Preferred."
-    )
-    shell: str | None = Field(None, min_length=1, description="A POSIX sh command string, run as sh -c.")
-    cwd: str | None = Field(None, min_length=1, description="Working directory on the target.")
+class TaskStartIn(CommandIn):
     env: dict[str, str] = Field(
         default_factory=dict,
         description="Extra environment variables. They travel on stdin into a 0600 file on the target; "
         "only their names are recorded.",
     )
-
-    @field_validator("env")
-    @classmethod
-    def _env_names(cls, value: dict[str, str]) -> dict[str, str]:
-        bad = sorted(name for name in value if not _ENV_NAME.match(name))
-        if bad:
-            raise ValueError(f"invalid environment variable name(s): {', '.join(bad)}")
-        return value
-
-    @model_validator(mode="after")
-    def _one_command(self) -> Self:
-        if (self.argv is None) == (self.shell is None):
-            raise ValueError("give exactly one of argv or shell")
-        return self
 
 
 class TaskIdIn(Input):
