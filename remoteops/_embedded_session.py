@@ -35,6 +35,8 @@ import anyio
 import asyncssh
 from anyio.abc import ByteReceiveStream, Process
 
+from ._process import spawn
+
 __all__ = ["run_session"]
 
 _CHUNK = 64 * 1024
@@ -137,9 +139,7 @@ async def _cancel_when_closed(process: SSHProcess, scope: anyio.CancelScope) -> 
 
 async def _run_piped(process: SSHProcess, argv: Sequence[str], cwd: Path, env: Mapping[str, str]) -> None:
     try:
-        proc = await anyio.open_process(
-            argv, stdin=PIPE, stdout=PIPE, stderr=PIPE, cwd=cwd, env=env, start_new_session=True
-        )
+        proc = await spawn(argv, stdin=PIPE, stdout=PIPE, stderr=PIPE, cwd=cwd, env=env)
     except OSError as exc:
         _spawn_failed(process, exc)
         return
@@ -214,14 +214,13 @@ async def _run_pty(process: SSHProcess, argv: Sequence[str], cwd: Path, env: Map
         _set_winsize(master, process.term_size)
         os.set_blocking(master, False)
         env = {**env, "TERM": process.term_type or "dumb", "SSH_TTY": tty_name}
-        proc = await anyio.open_process(
+        proc = await spawn(
             [_SHELL, "-c", _CTTY_TRAMPOLINE, "sh", tty_name, *argv],
             stdin=slave,
             stdout=slave,
             stderr=slave,
             cwd=cwd,
             env=env,
-            start_new_session=True,
         )
     except OSError as exc:
         os.close(master)

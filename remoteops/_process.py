@@ -29,13 +29,15 @@ import time
 from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import anyio
 import anyio.abc
+import anyio.lowlevel
 
 from ._capture import HeadTail
 
-__all__ = ["ProcessOutcome", "group_alive", "run_process", "supervised_child", "terminate_group"]
+__all__ = ["ProcessOutcome", "group_alive", "run_process", "spawn", "supervised_child", "terminate_group"]
 
 _TERM_GRACE_S = 2.0
 _KILL_WAIT_S = 5.0
@@ -139,6 +141,34 @@ async def terminate_group(proc: anyio.abc.Process, *, grace_s: float = _TERM_GRA
             await proc.aclose()  # closes the pipe transports too, not only the streams
 
 
+async def spawn(
+    argv: Sequence[str],
+    *,
+    stdin: int = _DEVNULL,
+    stdout: int = _PIPE,
+    stderr: int = _PIPE,
+    env: Mapping[str, str] | None = None,
+    **kwargs: Any,
+) -> anyio.abc.Process:
+    """``anyio.open_process`` in its own session, shielded from cancellation once the fork may have happened.
+
+    A cancel delivered while asyncio connects the pipes would otherwise leave a started child nobody owns
+    (asyncio's own cleanup awaits the child and is itself cancelled again by anyio's level cancellation):
+    cancellation is honoured before the spawn, never during it. The spawn itself is a bounded fork/exec."""
+    await anyio.lowlevel.checkpoint_if_cancelled()
+    with anyio.CancelScope(shield=True):
+        proc = await anyio.open_process(
+            list(argv),
+            stdin=stdin,
+            stdout=stdout,
+            stderr=stderr,
+            env=env,
+            start_new_session=True,  # our signals only: a terminal Ctrl-C must not reach it behind our back
+            **kwargs,
+        )
+    return proc
+
+
 @contextlib.asynccontextmanager
 async def supervised_child(
     argv: Sequence[str],
@@ -150,14 +180,7 @@ async def supervised_child(
     grace_s: float = _TERM_GRACE_S,
 ) -> AsyncIterator[anyio.abc.Process]:
     """Start ``argv`` in its own session; on exit (any way) terminate and reap its whole process group."""
-    proc = await anyio.open_process(
-        list(argv),
-        stdin=stdin,
-        stdout=stdout,
-        stderr=stderr,
-        env=env,
-        start_new_session=True,  # our signals only: a terminal Ctrl-C must not reach it behind our back
-    )
+    proc = await spawn(argv, stdin=stdin, stdout=stdout, stderr=stderr, env=env)
     try:
         yield proc
     finally:

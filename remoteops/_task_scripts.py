@@ -100,9 +100,24 @@ printf '%s\n' "$nonce" >&3
 nonce=
 sess=-
 if [ "$mode" = tmux ]; then
-  sess=$(tmux -f /dev/null -S "$root/tmux.sock" new-session -d -P -F '#{session_id} #{session_created}' \
-    -s "$id" -x 200 -y 50 -c "$d" 'exec sh ./supervise.sh' </dev/null 2>tmux.err) \
-    || { exec 3>&- 4>&-; rm -f nonce.fifo ack.fifo; fail session "tmux: $(head -c 300 tmux.err)"; }
+  # A tmux server whose last session just ended is still closing: a client that reaches it in that moment
+  # reads "server exited unexpectedly". Retried (bounded); a session that did get created is taken as it is.
+  tries=0
+  while :; do
+    sess=$(tmux -f /dev/null -S "$root/tmux.sock" new-session -d -P -F '#{session_id} #{session_created}' \
+      -s "$id" -x 200 -y 50 -c "$d" 'exec sh ./supervise.sh' </dev/null 2>tmux.err) && break
+    tries=$((tries + 1))
+    if grep -q 'server exited unexpectedly' tmux.err 2>/dev/null; then
+      if tmux -S "$root/tmux.sock" has-session -t "=$id" </dev/null >/dev/null 2>&1; then
+        sess=$(tmux -S "$root/tmux.sock" display-message -p -t "=$id" '#{session_id} #{session_created}' \
+          </dev/null 2>/dev/null) && break
+      elif [ "$tries" -lt 5 ]; then
+        sleep 0.1
+        continue
+      fi
+    fi
+    exec 3>&- 4>&-; rm -f nonce.fifo ack.fifo; fail session "tmux: $(head -c 300 tmux.err)"
+  done
 else
   setsid -f sh ./supervise.sh </dev/null >/dev/null 2>&1 \
     || { exec 3>&- 4>&-; rm -f nonce.fifo ack.fifo; fail session "setsid failed"; }

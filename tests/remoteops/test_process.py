@@ -83,3 +83,31 @@ async def test_an_exception_inside_the_context_still_reaps_and_propagates() -> N
         await fail_inside()
     assert len(pids) == 2
     assert not any(_runs(pid) for pid in pids)
+
+
+def _children_running(marker: str) -> list[int]:
+    """Our own live children whose command line carries ``marker``."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+            cmdline = (entry / "cmdline").read_bytes()
+        except (FileNotFoundError, ProcessLookupError):
+            continue
+        fields = stat[stat.rfind(")") + 2 :].split()
+        if int(fields[1]) == os.getpid() and fields[0] not in ("Z", "X") and marker.encode() in cmdline:
+            found.append(int(entry.name))
+    return found
+
+
+async def test_a_cancel_that_lands_during_the_spawn_never_leaves_an_unowned_child() -> None:
+    # Deadlines from "before the fork" to "after the pipes are connected": whichever moment the cancel hits,
+    # either no child was started or the context owns (and reaps) it.
+    marker = f"rog-spawn-{os.getpid()}"
+    for step in range(60):
+        with anyio.move_on_after(step * 0.0002):
+            async with supervised_child(["sh", "-c", f": {marker}; sleep 300"]):
+                await anyio.sleep_forever()
+    assert _children_running(marker) == []

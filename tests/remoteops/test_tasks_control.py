@@ -181,6 +181,17 @@ async def test_list_is_bounded_and_filtered_and_health_counts_by_state(tasks: Re
     assert health.total == 4
 
 
+async def test_back_to_back_short_tasks_all_start_while_their_tmux_server_closes(tasks: RemoteTasks) -> None:
+    # Each task's end closes its tmux server's last session; the next start reaches that server while it is
+    # closing ("server exited unexpectedly" from tmux). The starter retries that, bounded; nothing is lost.
+    with anyio.fail_after(120):
+        started = [await start_sh(tasks, "exit 0") for _ in range(25)]
+        for info in started:
+            await tasks.wait(info.id, timeout_s=30)
+    _, total = tasks.list_tasks(state="exited")
+    assert total == 25
+
+
 async def test_a_truncated_task_record_at_startup_is_kept_aside_and_reported(
     ops_factory: OpsFactory, settings: TransportSettings, tmp_path: Path, root: Path
 ) -> None:
