@@ -20,10 +20,16 @@ from remoteops import (
     AuthError,
     CommandTimeout,
     ConnectError,
+    FileAccessDenied,
+    FileConflict,
+    FileNotFound,
+    FileRequestInvalid,
     HostKeyError,
     InvalidRequest,
     PolicyDenied,
     ProbeError,
+    ProtectedPath,
+    RemoteFileError,
     RemoteOpsError,
     RemoteShellError,
     TransportError,
@@ -89,6 +95,12 @@ REMOTE_CODES: tuple[tuple[type[RemoteOpsError], ErrorCode], ...] = (
     (CommandTimeout, ErrorCode.TIMEOUT),
     (ProbeError, ErrorCode.MISSING_REMOTE_CAPABILITY),
     (TransportError, ErrorCode.CONNECT_ERROR),
+    (FileNotFound, ErrorCode.NOT_FOUND),
+    (FileAccessDenied, ErrorCode.PRIVILEGE_ERROR),  # EACCES / EPERM for the login user
+    (FileConflict, ErrorCode.CONFLICT),
+    (FileRequestInvalid, ErrorCode.VALIDATION_ERROR),
+    (ProtectedPath, ErrorCode.POLICY_DENIED),
+    (RemoteFileError, ErrorCode.REMOTE_NONZERO_EXIT),  # another errno (ENOSPC, EROFS, ...): details.errno
 )
 """Explicit classification, most specific first; an unlisted direct subclass of ``RemoteOpsError``
 falls back to ``internal_error`` (logged, with its target and detail)."""
@@ -103,7 +115,10 @@ def _remote(exc: RemoteOpsError) -> ToolFailure:
         return ToolFailure(
             ErrorCode.INTERNAL_ERROR, exc.detail or type(exc).__name__, retryable=False, details=details
         )
-    fields = ("field", "reason", "stage", "command_started", "exit_code", "time_limit_s", "remote_killed")
+    fields = (
+        *("field", "reason", "stage", "command_started", "exit_code", "time_limit_s", "remote_killed"),
+        *("path", "errno", "current_sha256"),
+    )
     for field in fields:
         if hasattr(exc, field):
             details[field] = getattr(exc, field)
