@@ -781,6 +781,8 @@ def _file_write(meta: dict[str, Any], data: bytes) -> tuple[dict[str, Any], byte
         st = None
     if st is not None:
         _regular(path, st)
+        if not os.access(path, os.W_OK):  # replacing it would bypass its permissions (and its owner)
+            raise PermissionError(errno.EACCES, "Permission denied", path)
         if if_exists == "fail":
             raise _FileRefusal("conflict", "the file exists", reason="exists", path=wire_text(path))
     if expected is not None:
@@ -929,13 +931,16 @@ def _file_delete(meta: dict[str, Any], data: bytes) -> tuple[dict[str, Any], byt
     directory, base = os.path.split(os.path.abspath(path))
     # the entry itself (a link is removed, never followed), in its real directory
     real = os.path.join(os.path.realpath(directory), base) if base else os.path.realpath(path)
-    guarded = [b"/", os.path.realpath(_home())]
-    guarded += [os.path.realpath(wire_bytes(p)) for p in meta.get("protected", []) if isinstance(p, str)]
-    for guard in guarded:
-        if real == guard or (meta.get("recursive") and guard.startswith(real.rstrip(b"/") + b"/")):
-            reason = "root" if guard == b"/" else "home" if guard == guarded[1] else "protected"
-            raise _FileRefusal("protected", "refusing to delete " + wire_text(guard), reason=reason,
-                               path=wire_text(guard))  # fmt: skip
+    home = os.path.realpath(_home())
+    listed = [os.path.realpath(wire_bytes(p)) for p in meta.get("protected", []) if isinstance(p, str)]
+    # "/" and the home themselves; an operator-listed path and everything under it; for a recursive delete
+    # also any directory holding one of them
+    for guard, reason in [(b"/", "root"), (home, "home")] + [(p, "protected") for p in listed]:
+        inside = reason == "protected" and real.startswith(guard.rstrip(b"/") + b"/")
+        holds = bool(meta.get("recursive")) and guard.startswith(real.rstrip(b"/") + b"/")
+        if real == guard or inside or holds:
+            raise _FileRefusal("protected", "refusing to delete " + wire_text(real) + " (" + reason + ")",
+                               reason=reason, path=wire_text(guard))  # fmt: skip
     st = os.lstat(path)
     kind = _kind_of(st.st_mode)
     if kind == "directory":
