@@ -2,8 +2,8 @@
 
 Paths are given as ``path`` (text) or ``path_b64`` (the exact bytes, base64, for names that are not UTF-8);
 contents travel as ``content`` with ``encoding`` (``utf-8`` or ``base64``). Contents above the MCP argument
-cap are refused (use the transfer tools for big files); reads are capped at the transport's output cap and
-say ``truncated`` with the ``remaining`` size.
+cap (``server.max_argument_bytes``) are refused by the dispatcher (use the transfer tools for big files);
+reads are capped at the transport's output cap and say ``truncated`` with the ``remaining`` size.
 """
 
 from __future__ import annotations
@@ -204,18 +204,12 @@ async def remote_read(ctx: ToolContext, args: ReadIn) -> ReadOut:
 
 
 async def remote_write(ctx: ToolContext, args: WriteIn) -> WriteOut:
-    data = args.content_bytes()
-    cap = ctx.runtime.settings.server.max_argument_bytes
-    if len(data) > cap:
-        raise ToolFailure(
-            ErrorCode.VALIDATION_ERROR,
-            f"the content is {len(data)} bytes, above the {cap}-byte argument cap: use the transfer tools",
-            details={"limit_bytes": cap, "size": len(data), "use": "transfer tools"},
-        )
+    # content above server.max_argument_bytes never gets here: the dispatcher refuses it (validation_error
+    # naming the argument); big files go through the transfer tools
     out = await ctx.runtime.remote.files.write(
         args.target,
         args.raw_path(),
-        data,
+        args.content_bytes(),
         mode=args.mode,
         if_exists=args.if_exists,
         expected_sha256=args.expected_sha256,
