@@ -117,7 +117,7 @@ def _remote(exc: RemoteOpsError) -> ToolFailure:
         )
     fields = (
         *("field", "reason", "stage", "command_started", "exit_code", "time_limit_s", "remote_killed"),
-        *("path", "errno", "current_sha256"),
+        *("path", "errno", "current_sha256", "hunk", "occurrences"),
     )
     for field in fields:
         if hasattr(exc, field):

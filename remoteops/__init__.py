@@ -47,6 +47,7 @@ from ._files_models import (
     MoveResult,
     WriteResult,
 )
+from ._files_patch import Hunk, HunkResult, PatchResult
 from ._models import (
     Capabilities,
     CarrierState,
@@ -87,6 +88,8 @@ __all__ = [
     "FileRequestInvalid",
     "HostKeyError",
     "HostKeyPolicy",
+    "Hunk",
+    "HunkResult",
     "InvalidRequest",
     "ListError",
     "ListResult",
@@ -95,6 +98,7 @@ __all__ = [
     "MoveResult",
     "MultiplexMode",
     "MultiplexState",
+    "PatchResult",
     "PathArg",
     "PolicyDenied",
     "ProbeError",

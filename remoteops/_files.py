@@ -37,6 +37,7 @@ from ._files_models import (
     WriteResult,
     shown_path,
 )
+from ._files_patch import MAX_PATCH_BYTES, Hunk, PatchResult, apply_hunks
 
 if TYPE_CHECKING:
     from ._ops import RemoteOps
@@ -260,3 +261,35 @@ class RemoteFiles:
         )
         text, b64 = shown_path(proto.wire_bytes(wire))
         return DeleteResult(path=text, path_b64=b64, type=meta["type"])
+
+    async def patch(
+        self, target: str, path: PathArg, hunks: Sequence[Hunk], *, expected_sha256: str | None = None
+    ) -> PatchResult:
+        """Apply exact-text hunks in order: all are checked against the current content before one atomic
+        write (``FileConflict`` naming the first failing hunk leaves the file untouched). The write carries
+        the checked content's SHA-256 as its precondition, so a concurrent change is a conflict too."""
+        current = await self.read(target, path, max_bytes=MAX_PATCH_BYTES + 1)
+        if current.size > MAX_PATCH_BYTES:
+            raise FileRequestInvalid(
+                f"the file is {current.size} bytes; patches handle files up to {MAX_PATCH_BYTES}",
+                target=target,
+                path=current.path,
+            )
+        if expected_sha256 is not None and expected_sha256 != current.sha256:
+            raise FileConflict(
+                "the file changed",
+                target=target,
+                path=current.path,
+                reason="sha256_mismatch",
+                current_sha256=current.sha256,
+            )
+        content, results = apply_hunks(current.content, list(hunks), target=target, path=current.path)
+        wrote = await self.write(target, path, content, expected_sha256=current.sha256)
+        return PatchResult(
+            path=wrote.path,
+            path_b64=wrote.path_b64,
+            previous_sha256=current.sha256,
+            sha256=wrote.sha256,
+            size=wrote.size,
+            hunks=results,
+        )

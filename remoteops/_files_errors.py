@@ -59,10 +59,14 @@ class FileConflict(RemoteFileError):
         path: str | None = None,
         reason: str,
         current_sha256: str | None = None,
+        hunk: int | None = None,
+        occurrences: int | None = None,
     ) -> None:
         super().__init__(detail, target=target, path=path)
         self.reason = reason
         self.current_sha256 = current_sha256
+        self.hunk = hunk
+        self.occurrences = occurrences
 
 
 class ProtectedPath(RemoteFileError):

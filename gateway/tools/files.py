@@ -18,7 +18,16 @@ from gateway._catalog import Toolset, ToolSpec
 from gateway._context import ToolContext
 from gateway._errors import ErrorCode, ToolFailure
 from gateway.tools._base import Input, Output
-from remoteops import DeleteResult, FileInfo, ListResult, MkdirResult, MoveResult, WriteResult
+from remoteops import (
+    DeleteResult,
+    FileInfo,
+    Hunk,
+    ListResult,
+    MkdirResult,
+    MoveResult,
+    PatchResult,
+    WriteResult,
+)
 
 __all__ = ["SPECS"]
 
@@ -99,6 +108,23 @@ class WriteIn(PathIn):
 
 
 class WriteOut(WriteResult):
+    target: str
+
+
+class HunkIn(Input):
+    old: str = Field(min_length=1, description="Exact text to replace (whitespace and newlines included).")
+    new: str = Field(description="Its replacement.")
+    count: int = Field(1, ge=1, description="How many times old must occur (all are replaced).")
+
+
+class PatchIn(PathIn):
+    hunks: list[HunkIn] = Field(min_length=1, max_length=200, description="Applied in order.")
+    expected_sha256: str | None = Field(
+        None, pattern=r"^[0-9a-f]{64}$", description="Refuse (conflict) unless the file's SHA-256 is this."
+    )
+
+
+class PatchOut(PatchResult):
     target: str
 
 
@@ -217,6 +243,14 @@ async def remote_write(ctx: ToolContext, args: WriteIn) -> WriteOut:
     return WriteOut(target=args.target, **out.model_dump())
 
 
+async def remote_patch(ctx: ToolContext, args: PatchIn) -> PatchOut:
+    hunks = [Hunk(h.old.encode("utf-8"), h.new.encode("utf-8"), h.count) for h in args.hunks]
+    out = await ctx.runtime.remote.files.patch(
+        args.target, args.raw_path(), hunks, expected_sha256=args.expected_sha256
+    )
+    return PatchOut(target=args.target, **out.model_dump())
+
+
 async def remote_list(ctx: ToolContext, args: ListIn) -> ListOut:
     out = await ctx.runtime.remote.files.list(
         args.target, args.raw_path(), depth=args.depth, limit=args.limit, hidden=args.hidden
@@ -323,6 +357,20 @@ SPECS: list[ToolSpec[Any, Any]] = [
         idempotent=True,
         handler=remote_write,
         render=_render_write,
+        **_CHANGES,
+    ),
+    ToolSpec(
+        name="remote_patch",
+        title="Patch a remote file",
+        description="Replace exact text in a file: hunks [{old, new, count}] applied in order, each old "
+        "occurring exactly count times (default 1). All are checked before one atomic write; a failing "
+        "hunk is a conflict naming it (details.hunk) and nothing is written." + _NEEDS,
+        input_model=PatchIn,
+        output_model=PatchOut,
+        toolset=Toolset.EXECUTE,
+        destructive=True,
+        idempotent=False,
+        handler=remote_patch,
         **_CHANGES,
     ),
     ToolSpec(

@@ -162,3 +162,30 @@ async def test_delete_is_in_the_teardown_toolset_and_absent_without_it(
         "remote_move",
     } <= names
     assert "remote_delete" not in names
+
+
+async def test_remote_patch_names_the_failing_hunk_and_otherwise_returns_the_new_sha256(
+    gateway_client: ClientFactory, sshd: SshdInstance, shared_tmp: Path
+) -> None:
+    path = shared_tmp / "p.conf"
+    path.write_bytes(b"a = 1\nb = 2\nc = 3\n")
+    path.chmod(0o666)
+    hunks = [{"old": "a = 1", "new": "a = 10"}, {"old": "b = 2", "new": "b = 20"}, {"old": "zzz", "new": "y"}]
+    async with gateway_client(**_config(sshd)) as (client, _):
+        tools = {t.name: t for t in (await client.list_tools()).tools}
+        failed = await client.call_tool(
+            "remote_patch", {"target": "plain", "path": str(path), "hunks": hunks}
+        )
+        unchanged = path.read_bytes()
+        done = await client.call_tool(
+            "remote_patch", {"target": "plain", "path": str(path), "hunks": hunks[:2]}
+        )
+    assert _code(failed) == "conflict"
+    error = error_payload(failed)
+    assert error is not None
+    assert (error["details"]["reason"], error["details"]["hunk"]) == ("hunk_mismatch", 3)
+    assert unchanged == b"a = 1\nb = 2\nc = 3\n"
+    assert done.is_error is not True
+    jsonschema.validate(done.structured_content, tools["remote_patch"].output_schema)
+    assert done.structured_content["sha256"] == hashlib.sha256(b"a = 10\nb = 20\nc = 3\n").hexdigest()
+    assert path.read_bytes() == b"a = 10\nb = 20\nc = 3\n"

@@ -24,6 +24,7 @@ from remoteops import (
     FileAccessDenied,
     FileConflict,
     FileNotFound,
+    Hunk,
     MissingCapability,
     ProtectedPath,
     RemoteOps,
@@ -263,3 +264,36 @@ async def test_killing_the_agent_during_large_writes_leaves_old_or_new_content_n
     assert sorted(os.listdir(shared_dir)) == sorted(n for n in os.listdir(shared_dir) if ".rog-" not in n)
     assert [n for n in os.listdir(shared_dir) if ".rog-" in n] == []
     assert lost > 0
+
+
+async def test_a_patch_whose_third_hunk_fails_leaves_the_file_byte_identical(
+    peer: Peer, shared_dir: Path
+) -> None:
+    path = shared_dir / "app.conf"
+    original = b"port = 80\nhost = a\nmode = x\nmode = x\n\xff binary tail\n"
+    path.write_bytes(original)
+    path.chmod(0o666)
+    before = path.stat()
+    good = [Hunk(b"port = 80", b"port = 8080"), Hunk(b"host = a\n", b"host = b\nextra = 1\n")]
+    async with peer.ops() as ops:
+        with pytest.raises(FileConflict) as failed:
+            await ops.files.patch(peer.name, str(path), [*good, Hunk(b"mode = x", b"mode = y")])
+        assert (path.read_bytes(), path.stat().st_ino) == (original, before.st_ino)
+        with pytest.raises(FileConflict) as stale:
+            await ops.files.patch(peer.name, str(path), good, expected_sha256=sha(b"other"))
+        done = await ops.files.patch(
+            peer.name,
+            str(path),
+            [*good, Hunk(b"mode = x", b"mode = y", count=2)],
+            expected_sha256=sha(original),
+        )
+    assert (failed.value.reason, failed.value.hunk, failed.value.occurrences) == ("hunk_mismatch", 3, 2)
+    assert stale.value.reason == "sha256_mismatch"
+    expected = b"port = 8080\nhost = b\nextra = 1\nmode = y\nmode = y\n\xff binary tail\n"
+    assert path.read_bytes() == expected
+    assert (done.previous_sha256, done.sha256) == (sha(original), sha(expected))
+    assert [(h.index, h.replaced, h.line, h.lines_removed, h.lines_added) for h in done.hunks] == [
+        (1, 1, 1, 1, 1),
+        (2, 1, 2, 1, 2),
+        (3, 2, 4, 2, 2),
+    ]

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import hashlib
 import os
+import shutil
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -144,3 +147,46 @@ async def test_list_is_bounded_ordered_and_shows_hidden_names_only_when_asked(
     assert [e["path"] for e in deep[3]["entries"]] == [".h", ".h/x", "a", "a/x", "b", "b/x", "c", "c/x"]
     assert [e["path"] for e in bounded[3]["entries"]] == ["a", "a/x", "b"]
     assert (shallow[3]["truncated"], bounded[3]["truncated"]) == (False, True)
+
+
+@pytest.fixture
+def other_fs(tmp_path: Path) -> Iterator[Path]:
+    """A directory on another filesystem than ``tmp_path`` (/dev/shm is a tmpfs)."""
+    path = Path(tempfile.mkdtemp(prefix="rogm-", dir="/dev/shm"))
+    try:
+        if path.stat().st_dev == tmp_path.stat().st_dev:
+            pytest.skip("/dev/shm is on the same filesystem as the test directory here")
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+async def test_move_across_filesystems_copies_files_and_trees_then_removes_the_source(
+    tmp_path: Path, other_fs: Path
+) -> None:
+    (tmp_path / "f").write_bytes(b"file")
+    (tmp_path / "f").chmod(0o640)
+    (tmp_path / "tree" / "sub").mkdir(parents=True)
+    (tmp_path / "tree" / "sub" / "x").write_bytes(b"x")
+    (tmp_path / "tree" / "link").symlink_to("sub/x")
+    (other_fs / "taken").write_bytes(b"keep")
+    async with local_agent("python3") as agent:
+        await _hello(agent)
+        moved = await ask(
+            agent, 1, proto.MOVE, {"source": wire(tmp_path / "f"), "destination": wire(other_fs / "f")}
+        )
+        tree = await ask(
+            agent, 2, proto.MOVE, {"source": wire(tmp_path / "tree"), "destination": wire(other_fs / "tree")}
+        )
+        refused = await ask(
+            agent, 3, proto.MOVE, {"source": wire(other_fs / "f"), "destination": wire(other_fs / "taken")}
+        )
+    assert (moved[3], tree[3]) == ({"cross_filesystem": True}, {"cross_filesystem": True})
+    assert refused[3] is not None
+    assert (refused[1], refused[3]["code"]) == (proto.ERROR, "conflict")
+    assert os.listdir(tmp_path) == []
+    assert ((other_fs / "f").read_bytes(), (other_fs / "f").stat().st_mode & 0o777) == (b"file", 0o640)
+    assert (other_fs / "tree" / "sub" / "x").read_bytes() == b"x"
+    assert os.readlink(other_fs / "tree" / "link") == "sub/x"
+    assert sorted(os.listdir(other_fs)) == ["f", "taken", "tree"]
+    assert (other_fs / "taken").read_bytes() == b"keep"
