@@ -10,7 +10,8 @@ never came after it was sent is ``TransportLost`` (it may have been carried out;
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import contextlib
+from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
 import anyio
@@ -114,6 +115,17 @@ def _failure(target: str, meta: dict[str, Any]) -> RemoteOpsError:
     return TransportError(f"the agent refused the request: {code}: {message}", target=target, stage="agent")
 
 
+@contextlib.contextmanager
+def _malformed(target: str) -> Iterator[None]:
+    """An agent answer that does not have the expected shape is a TransportError, never a crash."""
+    try:
+        yield
+    except (KeyError, TypeError, ValueError) as exc:
+        raise TransportError(
+            f"the agent's answer is malformed: {exc!r}"[:300], target=target, stage="agent"
+        ) from None
+
+
 class RemoteFiles:
     """The file operations of one :class:`RemoteOps` (``ops.files``)."""
 
@@ -144,7 +156,8 @@ class RemoteFiles:
         ``sha256`` adds the content's SHA-256 for a regular file (or a link to one)."""
         wire = _wire(path)
         meta, _ = await self._call(target, proto.STAT, {"path": wire, "hash": sha256, "follow": follow})
-        return _info(meta, wire)
+        with _malformed(target):
+            return _info(meta, wire)
 
     async def read(
         self, target: str, path: PathArg, *, max_bytes: int, offset: int = 0, length: int | None = None
@@ -156,19 +169,20 @@ class RemoteFiles:
         wire = _wire(path)
         want = max_bytes if length is None else min(length, max_bytes)
         meta, data = await self._call(target, proto.READ, {"path": wire, "offset": offset, "length": want})
-        size = int(meta["size"])
-        end = min(offset, size) + len(data)
         text, b64 = shown_path(proto.wire_bytes(wire))
-        return FileContent(
-            path=text,
-            path_b64=b64,
-            content=data,
-            offset=offset,
-            size=size,
-            sha256=str(meta["sha256"]),
-            truncated=end < size and (length is None or length > max_bytes),
-            remaining=max(size - end, 0),
-        )
+        with _malformed(target):
+            size = int(meta["size"])
+            end = min(offset, size) + len(data)
+            return FileContent(
+                path=text,
+                path_b64=b64,
+                content=data,
+                offset=offset,
+                size=size,
+                sha256=str(meta["sha256"]),
+                truncated=end < size and (length is None or length > max_bytes),
+                remaining=max(size - end, 0),
+            )
 
     async def write(
         self,
@@ -194,13 +208,14 @@ class RemoteFiles:
             meta["expected_sha256"] = expected_sha256
         answer, _ = await self._call(target, proto.WRITE, meta, content)
         text, b64 = shown_path(proto.wire_bytes(wire))
-        return WriteResult(
-            path=text,
-            path_b64=b64,
-            sha256=str(answer["sha256"]),
-            size=int(answer["size"]),
-            created=bool(answer["created"]),
-        )
+        with _malformed(target):
+            return WriteResult(
+                path=text,
+                path_b64=b64,
+                sha256=str(answer["sha256"]),
+                size=int(answer["size"]),
+                created=bool(answer["created"]),
+            )
 
     async def list(
         self, target: str, path: PathArg, *, depth: int = 1, limit: int = 1000, hidden: bool = False
@@ -214,13 +229,16 @@ class RemoteFiles:
             target, proto.LIST, {"path": wire, "depth": depth, "limit": limit, "hidden": hidden}
         )
         text, b64 = shown_path(proto.wire_bytes(wire))
-        return ListResult(
-            path=text,
-            path_b64=b64,
-            entries=[_info(entry, entry["path"]) for entry in meta["entries"]],
-            truncated=bool(meta["truncated"]),
-            errors=[ListError(path=_shown(e["path"]) or "", errno=str(e["errno"])) for e in meta["errors"]],
-        )
+        with _malformed(target):
+            return ListResult(
+                path=text,
+                path_b64=b64,
+                entries=[_info(entry, entry["path"]) for entry in meta["entries"]],
+                truncated=bool(meta["truncated"]),
+                errors=[
+                    ListError(path=_shown(e["path"]) or "", errno=str(e["errno"])) for e in meta["errors"]
+                ],
+            )
 
     async def mkdir(
         self, target: str, path: PathArg, *, parents: bool = False, mode: int = 0o777
@@ -231,7 +249,8 @@ class RemoteFiles:
         wire = _wire(path)
         meta, _ = await self._call(target, proto.MKDIR, {"path": wire, "parents": parents, "mode": mode})
         text, b64 = shown_path(proto.wire_bytes(wire))
-        return MkdirResult(path=text, path_b64=b64, created=bool(meta["created"]))
+        with _malformed(target):
+            return MkdirResult(path=text, path_b64=b64, created=bool(meta["created"]))
 
     async def move(
         self, target: str, source: PathArg, destination: PathArg, *, overwrite: bool = False
@@ -243,11 +262,12 @@ class RemoteFiles:
         meta, _ = await self._call(
             target, proto.MOVE, {"source": src, "destination": dst, "overwrite": overwrite}
         )
-        return MoveResult(
-            source=shown_path(proto.wire_bytes(src))[0],
-            destination=shown_path(proto.wire_bytes(dst))[0],
-            cross_filesystem=bool(meta["cross_filesystem"]),
-        )
+        with _malformed(target):
+            return MoveResult(
+                source=shown_path(proto.wire_bytes(src))[0],
+                destination=shown_path(proto.wire_bytes(dst))[0],
+                cross_filesystem=bool(meta["cross_filesystem"]),
+            )
 
     async def delete(
         self, target: str, path: PathArg, *, recursive: bool = False, protected: Sequence[PathArg] = ()
@@ -260,7 +280,8 @@ class RemoteFiles:
             target, proto.DELETE, {"path": wire, "recursive": recursive, "protected": guards}
         )
         text, b64 = shown_path(proto.wire_bytes(wire))
-        return DeleteResult(path=text, path_b64=b64, type=meta["type"])
+        with _malformed(target):
+            return DeleteResult(path=text, path_b64=b64, type=meta["type"])
 
     async def patch(
         self, target: str, path: PathArg, hunks: Sequence[Hunk], *, expected_sha256: str | None = None
