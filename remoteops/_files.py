@@ -31,6 +31,10 @@ from ._files_models import (
     DeleteResult,
     FileContent,
     FileInfo,
+    FileKind,
+    GrepMatch,
+    GrepResult,
+    GrepSkipped,
     ListError,
     ListResult,
     MkdirResult,
@@ -314,3 +318,101 @@ class RemoteFiles:
             size=wrote.size,
             hunks=results,
         )
+
+    async def find(
+        self,
+        target: str,
+        path: PathArg,
+        *,
+        name: str | None = None,
+        kind: FileKind | None = None,
+        min_size: int | None = None,
+        max_size: int | None = None,
+        mtime_min: float | None = None,
+        mtime_max: float | None = None,
+        depth: int = 64,
+        limit: int = 1000,
+        hidden: bool = True,
+    ) -> ListResult:
+        """Entries under a directory matching a name glob (``fnmatch``, on the base name), type, size and
+        mtime bounds, in ``list`` order, at most ``limit`` (``truncated``)."""
+        if not 1 <= depth <= 64 or not 1 <= limit <= 100_000:
+            raise InvalidRequest(field="depth/limit", reason="depth 1..64, limit 1..100000")
+        wire = _wire(path)
+        meta: dict[str, Any] = {"path": wire, "depth": depth, "limit": limit, "hidden": hidden, "type": kind}
+        bounds = {"min_size": min_size, "max_size": max_size, "mtime_min": mtime_min, "mtime_max": mtime_max}
+        meta.update({key: value for key, value in bounds.items() if value is not None})
+        if name is not None:
+            meta["name"] = _wire(name, "name")
+        answer, _ = await self._call(target, proto.FIND, meta)
+        text, b64 = shown_path(proto.wire_bytes(wire))
+        with _malformed(target):
+            return ListResult(
+                path=text,
+                path_b64=b64,
+                entries=[_info(entry, entry["path"]) for entry in answer["entries"]],
+                truncated=bool(answer["truncated"]),
+                errors=[
+                    ListError(path=_shown(e["path"]) or "", errno=str(e["errno"])) for e in answer["errors"]
+                ],
+            )
+
+    async def grep(
+        self,
+        target: str,
+        path: PathArg,
+        pattern: str,
+        *,
+        include: Sequence[str] = (),
+        exclude: Sequence[str] = (),
+        ignore_case: bool = False,
+        context: int = 0,
+        depth: int = 64,
+        max_matches: int = 200,
+        max_bytes: int = 65536,
+        hidden: bool = False,
+    ) -> GrepResult:
+        """Lines matching ``pattern`` (Python ``re``, on bytes) in the regular files under ``path`` (or in
+        that one file); ``include``/``exclude`` are globs on base names; binary files are skipped (reported
+        in ``skipped``); bounded by ``max_matches`` and ``max_bytes`` (``truncated``)."""
+        if not 0 <= context <= 20 or not 1 <= max_matches <= 10_000 or not 1 <= depth <= 64:
+            raise InvalidRequest(
+                field="context/max_matches/depth", reason="context 0..20, max_matches 1..10000"
+            )
+        wire = _wire(path)
+        meta = {
+            "path": wire,
+            "pattern": pattern,
+            "include": [_wire(g, "include") for g in include],
+            "exclude": [_wire(g, "exclude") for g in exclude],
+            "ignore_case": ignore_case,
+            "context": context,
+            "depth": depth,
+            "max_matches": max_matches,
+            "max_bytes": max_bytes,
+            "hidden": hidden,
+        }
+        answer, _ = await self._call(target, proto.GREP, meta)
+        with _malformed(target):
+            return GrepResult(
+                path=shown_path(proto.wire_bytes(wire))[0],
+                matches=[
+                    GrepMatch(
+                        path=_shown(m["path"]) or "",
+                        line=int(m["line"]),
+                        text=_shown(m["text"]) or "",
+                        before=[_shown(t) or "" for t in m["before"]],
+                        after=[_shown(t) or "" for t in m["after"]],
+                    )
+                    for m in answer["matches"]
+                ],
+                skipped=[
+                    GrepSkipped(path=_shown(k["path"]) or "", reason=str(k["reason"]))
+                    for k in answer["skipped"]
+                ],
+                files_searched=int(answer["files_searched"]),
+                truncated=bool(answer["truncated"]),
+                errors=[
+                    ListError(path=_shown(e["path"]) or "", errno=str(e["errno"])) for e in answer["errors"]
+                ],
+            )

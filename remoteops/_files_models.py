@@ -17,6 +17,9 @@ __all__ = [
     "FileContent",
     "FileInfo",
     "FileKind",
+    "GrepMatch",
+    "GrepResult",
+    "GrepSkipped",
     "ListError",
     "ListResult",
     "MkdirResult",
@@ -118,3 +121,31 @@ class DeleteResult(BaseModel):
     path: str
     path_b64: str | None = None
     type: FileKind
+
+
+class GrepMatch(BaseModel):
+    model_config = _FROZEN
+
+    path: str = Field(description="Relative to the searched directory (invalid UTF-8 replaced).")
+    line: int = Field(description="1-based line number.")
+    text: str = Field(description="The line (at most 1000 bytes; invalid UTF-8 replaced).")
+    before: list[str] = Field(default_factory=list, description="Context lines before it.")
+    after: list[str] = Field(default_factory=list, description="Context lines after it.")
+
+
+class GrepSkipped(BaseModel):
+    model_config = _FROZEN
+
+    path: str
+    reason: str = Field(description="binary | too_large | an errno name (EACCES, ...).")
+
+
+class GrepResult(BaseModel):
+    model_config = _FROZEN
+
+    path: str
+    matches: list[GrepMatch]
+    skipped: list[GrepSkipped] = Field(description="Files not searched, with the reason.")
+    files_searched: int
+    truncated: bool = Field(description="The match or byte bound stopped the search.")
+    errors: list[ListError] = Field(default_factory=list, description="Directories that could not be read.")

@@ -189,3 +189,31 @@ async def test_remote_patch_names_the_failing_hunk_and_otherwise_returns_the_new
     jsonschema.validate(done.structured_content, tools["remote_patch"].output_schema)
     assert done.structured_content["sha256"] == hashlib.sha256(b"a = 10\nb = 20\nc = 3\n").hexdigest()
     assert path.read_bytes() == b"a = 10\nb = 20\nc = 3\n"
+
+
+async def test_remote_find_and_remote_grep_through_mcp_match_their_schemas(
+    gateway_client: ClientFactory, sshd: SshdInstance, shared_tmp: Path
+) -> None:
+    (shared_tmp / "x.conf").write_bytes(b"listen 80\nlisten 443\n")
+    (shared_tmp / "y.bin").write_bytes(b"listen\0\n")
+    async with gateway_client(**_config(sshd)) as (client, _):
+        tools = {t.name: t for t in (await client.list_tools()).tools}
+        find = await client.call_tool(
+            "remote_find", {"target": "plain", "path": str(shared_tmp), "name": "*.conf"}
+        )
+        grep = await client.call_tool(
+            "remote_grep", {"target": "plain", "path": str(shared_tmp), "pattern": r"listen \d+"}
+        )
+        bad = await client.call_tool(
+            "remote_grep", {"target": "plain", "path": str(shared_tmp), "pattern": "("}
+        )
+    for name, result in (("remote_find", find), ("remote_grep", grep)):
+        assert result.is_error is not True, result
+        jsonschema.validate(result.structured_content, tools[name].output_schema)
+    assert [e["path"] for e in find.structured_content["entries"]] == ["x.conf"]
+    assert [(m["line"], m["text"]) for m in grep.structured_content["matches"]] == [
+        (1, "listen 80"),
+        (2, "listen 443"),
+    ]
+    assert grep.structured_content["skipped"] == [{"path": "y.bin", "reason": "binary"}]
+    assert _code(bad) == "validation_error"

@@ -297,3 +297,46 @@ async def test_a_patch_whose_third_hunk_fails_leaves_the_file_byte_identical(
         (2, 1, 2, 1, 2),
         (3, 2, 4, 2, 2),
     ]
+
+
+async def test_grep_skips_a_binary_file_and_reports_line_numbers_with_context(
+    peer: Peer, shared_dir: Path
+) -> None:
+    (shared_dir / "src").mkdir()
+    (shared_dir / "src" / "a.py").write_bytes(b"import os\n# TODO one\nx = 1\n")
+    (shared_dir / "src" / "b.txt").write_bytes(b"TODO in text\n")
+    (shared_dir / "src" / "blob.py").write_bytes(b"TODO\0binary\n")
+    (shared_dir / "src" / "skip.py").write_bytes(b"TODO excluded\n")
+    async with peer.ops() as ops:
+        found = await ops.files.grep(
+            peer.name, str(shared_dir / "src"), r"TODO \w+", include=["*.py"], exclude=["skip*"], context=1
+        )
+        bounded = await ops.files.grep(peer.name, str(shared_dir / "src"), "TODO", max_matches=1)
+    assert [(m.path, m.line, m.text, m.before, m.after) for m in found.matches] == [
+        ("a.py", 2, "# TODO one", ["import os"], ["x = 1"])
+    ]
+    assert [(s.path, s.reason) for s in found.skipped] == [("blob.py", "binary")]
+    assert (found.files_searched, found.truncated) == (1, False)
+    assert ([m.path for m in bounded.matches], bounded.truncated) == (["a.py"], True)
+
+
+async def test_find_filters_by_glob_type_and_size_in_a_bounded_deterministic_order(
+    peer: Peer, shared_dir: Path
+) -> None:
+    root = shared_dir / "tree"
+    for rel, size in (("z.log", 10), ("a/b.log", 2000), ("a/c.txt", 5), ("a/d/e.log", 0), ("m.log", 3)):
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_bytes(b"x" * size)
+    async with peer.ops() as ops:
+        logs = await ops.files.find(peer.name, str(root), name="*.log", kind="file")
+        small = await ops.files.find(peer.name, str(root), name="*.log", max_size=100, depth=2)
+        first = await ops.files.find(peer.name, str(root), name="*.log", limit=2)
+        dirs = await ops.files.find(peer.name, str(root), kind="directory")
+    assert [e.path for e in logs.entries] == ["a/b.log", "a/d/e.log", "m.log", "z.log"]
+    assert [e.path for e in small.entries] == ["m.log", "z.log"]
+    assert ([e.path for e in first.entries], first.truncated, logs.truncated) == (
+        ["a/b.log", "a/d/e.log"],
+        True,
+        False,
+    )
+    assert [e.path for e in dirs.entries] == ["a", "a/d"]
