@@ -190,3 +190,22 @@ async def test_move_across_filesystems_copies_files_and_trees_then_removes_the_s
     assert os.readlink(other_fs / "tree" / "link") == "sub/x"
     assert sorted(os.listdir(other_fs)) == ["f", "taken", "tree"]
     assert (other_fs / "taken").read_bytes() == b"keep"
+
+
+@pytest.mark.parametrize("python", PYTHONS)
+async def test_find_and_grep_answer_on_every_supported_python(python: str, tmp_path: Path) -> None:
+    (tmp_path / "d").mkdir()
+    (tmp_path / "d" / "a.txt").write_bytes(b"one\nneedle here\n")
+    (tmp_path / "d" / "b.bin").write_bytes(b"needle\0")
+    async with local_agent(python) as agent:
+        await _hello(agent)
+        found = await ask(agent, 1, proto.FIND, {"path": wire(tmp_path), "depth": 8, "name": "*.txt"})
+        grep = await ask(agent, 2, proto.GREP, {"path": wire(tmp_path), "pattern": "needle", "context": 1})
+        bad = await ask(agent, 3, proto.GREP, {"path": wire(tmp_path), "pattern": "("})
+    assert found[3] is not None
+    assert grep[3] is not None
+    assert [e["path"] for e in found[3]["entries"]] == ["d/a.txt"]
+    assert [(m["path"], m["line"], m["before"]) for m in grep[3]["matches"]] == [("d/a.txt", 2, ["one"])]
+    assert grep[3]["skipped"] == [{"path": "d/b.bin", "reason": "binary"}]
+    assert bad[3] is not None
+    assert (bad[1], bad[3]["code"]) == (proto.ERROR, "bad_request")
