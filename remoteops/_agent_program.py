@@ -1055,11 +1055,13 @@ def _file_delete(meta: dict[str, Any], data: bytes) -> tuple[dict[str, Any], byt
     directory, base = os.path.split(os.path.abspath(path))
     # the entry itself (a link is removed, never followed), in its real directory
     real = os.path.join(os.path.realpath(directory), base) if base else os.path.realpath(path)
-    home = os.path.realpath(_home())
+    homes = [(os.path.realpath(_home()), "home")]
+    if os.environb.get(b"HOME"):
+        homes.append((os.path.realpath(os.environb[b"HOME"]), "home"))
     listed = [os.path.realpath(wire_bytes(p)) for p in meta.get("protected", []) if isinstance(p, str)]
-    # "/" and the home themselves; an operator-listed path and everything under it; for a recursive delete
-    # also any directory holding one of them
-    for guard, reason in [(b"/", "root"), (home, "home")] + [(p, "protected") for p in listed]:
+    # "/" and the home (the account's and $HOME) themselves; an operator-listed path and everything under it;
+    # for a recursive delete also any directory holding one of them
+    for guard, reason in [(b"/", "root")] + homes + [(p, "protected") for p in listed]:
         inside = reason == "protected" and real.startswith(guard.rstrip(b"/") + b"/")
         holds = bool(meta.get("recursive")) and guard.startswith(real.rstrip(b"/") + b"/")
         if real == guard or inside or holds:

@@ -14,6 +14,8 @@ sandbox (absolute, ``~``, ``..``) is not used.
 
 from __future__ import annotations
 
+import base64
+import binascii
 import shutil
 import tempfile
 from collections.abc import AsyncIterator, Iterator
@@ -34,12 +36,15 @@ from gateway._redact import Redactor
 from gateway._runtime import Runtime
 from gateway._server import build_server
 from gateway.config import Settings
-from gateway.tools import all_specs
+from gateway.tools import all_specs, files, files_search
 
 pytestmark = pytest.mark.slow
 
 Served = tuple[BlockingPortal, Client, dict[str, types.Tool]]
 ALLOWED_FAILURES = {"validation_error", "policy_denied"}
+# file tools on random names: the file is not there, or is already there
+FILE_TOOLS = {spec.name for spec in files.SPECS + files_search.SPECS}
+FILE_FAILURES = {"not_found", "conflict"}
 _IGNORED_KEYWORDS = {"title", "description", "default"}
 _HOSTILE_TEXT = ["", "\x00", "a\x00b", "\ud800", "x\udfff", "demo", " ", "-", "\n"]
 
@@ -61,7 +66,7 @@ def from_schema(schema: dict[str, Any], name: str = "") -> Any:
     """A hypothesis strategy for values the JSON schema admits (the subset pydantic emits)."""
     unknown = set(schema) - _IGNORED_KEYWORDS - {
         "type", "properties", "required", "additionalProperties", "anyOf", "minLength", "maxLength",
-        "items", "minItems", "exclusiveMinimum", "enum",
+        "items", "minItems", "maxItems", "exclusiveMinimum", "minimum", "maximum", "pattern", "enum",
     }  # fmt: skip
     assert not unknown, f"schema keyword(s) {unknown} at {name!r}: teach from_schema about them"
     if "anyOf" in schema:
@@ -81,11 +86,17 @@ def from_schema(schema: dict[str, Any], name: str = "") -> Any:
             {k: v for k, v in strategies.items() if k in required},
             optional={k: v for k, v in strategies.items() if k not in required},
         )
+    if kind == "string" and "pattern" in schema:
+        return st.one_of(st.from_regex(schema["pattern"], fullmatch=True), _text(max_size=80))
     if kind == "string":
         return _text(min_size=schema.get("minLength", 0), max_size=schema.get("maxLength"))
     if kind == "array":
         items = from_schema(schema["items"], f"{name}[]")
-        return st.lists(items, min_size=schema.get("minItems", 0), max_size=5)
+        return st.lists(items, min_size=schema.get("minItems", 0), max_size=min(5, schema.get("maxItems", 5)))
+    if kind == "integer":
+        low, high = schema.get("minimum"), schema.get("maximum")
+        hostile = [n for n in (-1, 0, 10**400) if (low is None or n >= low) and (high is None or n <= high)]
+        return st.one_of(st.integers(min_value=low, max_value=high), st.sampled_from(hostile or [low or 0]))
     if kind == "boolean":
         return st.booleans()
     if kind == "null":
@@ -103,8 +114,20 @@ def _only(schema: dict[str, Any], keep: str, drop: str) -> dict[str, Any]:
     return {**schema, "properties": properties, "required": [*schema.get("required", ()), keep]}
 
 
+def _inline(schema: Any, defs: dict[str, Any]) -> Any:
+    """The schema with every local ``$ref`` (nested models: patch hunks) replaced by its definition."""
+    if isinstance(schema, dict):
+        ref = schema.get("$ref")
+        if isinstance(ref, str) and ref.startswith("#/$defs/"):
+            return _inline(defs[ref.removeprefix("#/$defs/")], defs)
+        return {k: _inline(v, defs) for k, v in schema.items() if k != "$defs"}
+    if isinstance(schema, list):
+        return [_inline(item, defs) for item in schema]
+    return schema
+
+
 def _arguments(tool: types.Tool) -> Any:
-    schema = tool.input_schema
+    schema = _inline(tool.input_schema, tool.input_schema.get("$defs", {}))
     strategy = from_schema(schema, tool.name)
     if {"argv", "shell"} <= set(schema.get("properties", {})):
         # remote_exec takes exactly one of them: mostly send one, so that the calls get to run.
@@ -135,6 +158,8 @@ async def _gateway(workdir: Path) -> AsyncIterator[tuple[Client, list[types.Tool
                 # bare ValueError (-> internal_error) under a smaller ceiling (found by this test).
                 "exec_timeout_max_s": 30,
             },
+            # teardown too: remote_delete is fuzzed (on relative paths, inside the embedded sandbox)
+            "tools": {"toolsets": ["inspect", "manage", "execute", "teardown", "upstream"]},
         }
     )
     async with (
@@ -158,9 +183,24 @@ def served() -> Iterator[Served]:
         shutil.rmtree(workdir, ignore_errors=True)
 
 
+def _leaves(path: object) -> bool:
+    return isinstance(path, str) and (path.startswith(("/", "~")) or ".." in path)
+
+
 def _stays_in_sandbox(arguments: dict[str, Any]) -> bool:
-    cwd = arguments.get("cwd")
-    return not (isinstance(cwd, str) and (cwd.startswith(("/", "~")) or ".." in cwd))
+    """No cwd, and no file tool path (text or base64), outside the embedded target's sandbox."""
+    for key in ("cwd", "path", "source", "destination"):
+        if _leaves(arguments.get(key)):
+            return False
+        encoded = arguments.get(f"{key}_b64")
+        if isinstance(encoded, str):
+            try:
+                decoded = base64.b64decode(encoded, validate=True).decode("utf-8", "replace")
+            except (binascii.Error, ValueError):
+                continue  # refused as validation_error before anything runs
+            if _leaves(decoded):
+                return False
+    return True
 
 
 def _check(served: Served, name: str, args: dict[str, Any]) -> None:
@@ -169,7 +209,8 @@ def _check(served: Served, name: str, args: dict[str, Any]) -> None:
     if result.is_error:
         error = error_payload(result)
         assert error is not None, result
-        assert error["code"] in ALLOWED_FAILURES, (name, error)
+        allowed = ALLOWED_FAILURES | (FILE_FAILURES if name in FILE_TOOLS else set())
+        assert error["code"] in allowed, (name, error)
         assert result.structured_content is None
 
 
