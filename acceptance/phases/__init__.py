@@ -12,7 +12,6 @@ __all__ = ["MODULES"]
 
 MODULES = (
     "execution",
-    "files",
     "multiplex",
     "isolation",
     "classify",
@@ -21,6 +20,7 @@ MODULES = (
     "conformance",
     "systemd",
     "burnin",
+    "files",  # after multiplex and burnin: its calls boot the target's agent, which then carries their calls
     "redaction",
 )
 

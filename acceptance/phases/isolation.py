@@ -11,6 +11,7 @@ from mcp import MCPError
 from acceptance._mcp import error_of, structured
 from acceptance._registry import PhaseContext, phase
 from acceptance.phases._util import RELAYED_TOOL, health, wait_until
+from gateway.tools import all_specs
 
 __all__ = ["isolation"]
 
@@ -71,13 +72,7 @@ async def isolation(ctx: PhaseContext) -> None:
     ctx.check("target_diagnose" in restricted["filtered_out"], f"filtered_out: {restricted['filtered_out']}")
     relayed_main = relayed_restricted = 0
     if env.terminal is not None:
-        upstream_names = main_tools - {
-            "gateway_health",
-            "target_list",
-            "target_capabilities",
-            "target_diagnose",
-            "remote_exec",
-        }
+        upstream_names = main_tools - {spec.name for spec in all_specs()}
         relayed_main = len(upstream_names)
         relayed_restricted = len(listed & upstream_names)
         ctx.check(

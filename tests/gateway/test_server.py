@@ -17,6 +17,9 @@ from gateway._server import GatewayServer, build_server
 from gateway.config import Settings
 from gateway.tools import all_specs
 
+# the file tools in the inspect toolset (excluded below, so the narrow catalog stays two tools)
+_FILE_READS = ("remote_stat", "remote_read", "remote_list", "remote_find", "remote_grep")
+
 pytestmark = pytest.mark.anyio
 
 
@@ -42,7 +45,7 @@ async def test_initialize_and_discover_carry_the_runtimes_own_description(tmp_pa
 async def test_handlers_serve_whatever_runtime_the_lifespan_yields(tmp_path: Path) -> None:
     # Two runtimes; the server is built for one and handed the other through its lifespan: every handler
     # (tools/list, tools/call and its audit record, the instructions) must follow the lifespan.
-    narrow = {"tools": {"toolsets": ["inspect"], "exclude": ["target_list", "target_diagnose"]}}
+    narrow = {"tools": {"toolsets": ["inspect"], "exclude": ["target_list", "target_diagnose", *_FILE_READS]}}
     async with (
         Runtime(_settings(tmp_path / "a"), all_specs(), redactor=Redactor()) as built_for,
         Runtime(_settings(tmp_path / "b", **narrow), all_specs(), redactor=Redactor()) as served,
