@@ -22,12 +22,18 @@ from remoteops import (
     CommandTimeout,
     ConnectError,
     DestinationExists,
+    FileAccessDenied,
+    FileConflict,
+    FileNotFound,
+    FileRequestInvalid,
     HostKeyError,
     InvalidRequest,
     MissingCapability,
     PathNotFound,
     PolicyDenied,
     ProbeError,
+    ProtectedPath,
+    RemoteFileError,
     RemoteOpsError,
     RemoteShellError,
     TaskCapabilityMissing,
@@ -111,6 +117,12 @@ REMOTE_CODES: tuple[tuple[type[RemoteOpsError], ErrorCode], ...] = (
     (TransferPathError, ErrorCode.CONFLICT),
     (TransferFailed, ErrorCode.REMOTE_NONZERO_EXIT),
     (TransportError, ErrorCode.CONNECT_ERROR),
+    (FileNotFound, ErrorCode.NOT_FOUND),
+    (FileAccessDenied, ErrorCode.PRIVILEGE_ERROR),  # EACCES / EPERM for the login user
+    (FileConflict, ErrorCode.CONFLICT),
+    (FileRequestInvalid, ErrorCode.VALIDATION_ERROR),
+    (ProtectedPath, ErrorCode.POLICY_DENIED),
+    (RemoteFileError, ErrorCode.REMOTE_NONZERO_EXIT),  # another errno (ENOSPC, EROFS, ...): details.errno
 )
 """Explicit classification, most specific first; an unlisted direct subclass of ``RemoteOpsError``
 falls back to ``internal_error`` (logged, with its target and detail)."""
@@ -146,6 +158,10 @@ def _remote(exc: RemoteOpsError) -> ToolFailure:
         "needed_bytes",
         "available_bytes",
         "floor_bytes",
+        "errno",
+        "current_sha256",
+        "hunk",
+        "occurrences",
     )
     for field in fields:
         if hasattr(exc, field):

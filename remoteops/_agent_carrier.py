@@ -20,12 +20,13 @@ from __future__ import annotations
 
 import contextlib
 import time
+from typing import Any
 
 import anyio
 import anyio.abc
 
 from ._agent_boot import AgentUnavailable, MasterGone
-from ._agent_channel import AgentChannel, ChannelGone
+from ._agent_channel import AgentChannel, AgentRefused, ChannelGone
 from ._agent_exec import KillReport
 from ._errors import CommandTimeout, ConnectError, MissingCapability, RemoteOpsError
 from ._exec import CarrierName, ExecRequest, RawExec
@@ -130,6 +131,57 @@ class AgentCarrier:
                 continue  # nothing of this request was written: a fresh channel may carry it
         raise ConnectError(
             "the agent channel closed before the request could be sent; nothing ran",
+            target=target.name,
+            stage="agent",
+            reason="closed",
+        )
+
+    async def request(
+        self, target: TargetSpec, identity: TargetIdentity, kind: int, meta: dict[str, Any], data: bytes = b""
+    ) -> tuple[dict[str, Any], bytes]:
+        """One agent request (the file primitives) on the target's channel, waiting for the agent to boot.
+        A target whose carrier is ssh, or that cannot run the agent, is ``MissingCapability``; an ERROR
+        answer is ``AgentRefused``."""
+        mode = self.mode(target)
+        if mode == "ssh":
+            raise MissingCapability(
+                "this operation needs the agent, and the target's carrier is ssh",
+                target=target.name,
+                capability="agent (carrier = ssh)",
+            )
+        reason = self._fallback.get(target.name)
+        if reason is not None:
+            raise MissingCapability(
+                f"this operation needs the agent, which cannot run on this target: {reason}",
+                target=target.name,
+                capability="python3 (>= 3.8) for the agent",
+            )
+        for _attempt in range(_FRESH_CHANNEL_TRIES):
+            try:
+                channel = await self._channel(target, identity)
+            except AgentUnavailable as exc:
+                if mode == "auto":
+                    self._fallback[target.name] = exc.reason
+                raise MissingCapability(
+                    f"this operation needs the agent, which cannot run on this target: {exc.reason}",
+                    target=target.name,
+                    capability=exc.capability,
+                ) from None
+            self._used[target.name] = "agent"
+            try:
+                return await channel.request(kind, meta, data)
+            except ChannelGone:
+                continue
+            except AgentRefused as exc:
+                if exc.meta.get("code") == "unsupported":
+                    raise MissingCapability(
+                        "the agent on this target does not support this request",
+                        target=target.name,
+                        capability=f"agent request kind 0x{kind:02x}",
+                    ) from None
+                raise
+        raise ConnectError(
+            "the agent channel closed before the request could be sent; nothing was done",
             target=target.name,
             stage="agent",
             reason="closed",

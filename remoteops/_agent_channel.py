@@ -38,7 +38,7 @@ from ._process import supervised_child
 from ._settings import TargetSpec, TransportSettings
 from ._sshargs import SshArgs
 
-__all__ = ["AgentChannel", "ChannelGone"]
+__all__ = ["AgentChannel", "AgentRefused", "ChannelGone"]
 
 _READ_CHUNK = 256 * 1024
 _STDIN_CHUNK = 256 * 1024
@@ -51,6 +51,14 @@ _HIGH_WATER = 1024 * 1024  # queued bytes beyond which senders wait for the writ
 
 class ChannelGone(Exception):
     """The channel died before any byte of the request was written: nothing ran, a fresh one may be used."""
+
+
+class AgentRefused(Exception):
+    """The agent answered a request with ERROR; ``meta`` is that answer ({code, message, ...})."""
+
+    def __init__(self, meta: dict[str, Any]) -> None:
+        super().__init__(f"{meta.get('code')}: {meta.get('message')}")
+        self.meta = meta
 
 
 @dataclass
@@ -413,4 +421,46 @@ class AgentChannel:
             target=name,
             stage="agent",
             command_started=True if pending.started else None,
+        )
+
+    async def request(
+        self, kind: int, meta: dict[str, Any], data: bytes = b""
+    ) -> tuple[dict[str, Any], bytes]:
+        """One request answered by one final frame (the file primitives): its RESULT as (meta, data).
+        AgentRefused for an ERROR answer; ChannelGone when nothing was written; TransportLost
+        (``command_started`` None) when the channel died after the request was handed to the session.
+        Cancelled, the request is abandoned: its answer, should it come, is dropped."""
+        if not self.usable:
+            raise ChannelGone
+        self._next_id = self._next_id % 0xFFFFFFFF + 1
+        rid = self._next_id
+        pending = _Pending()
+        self._pending[rid] = pending
+        self.inflight += 1
+        self.last_used = time.monotonic()
+        try:
+            try:
+                await self._send(pending, proto.encode(rid, kind, meta, data), first=True)
+                await pending.done.wait()
+            except anyio.get_cancelled_exc_class():
+                pending.abandoned = True
+                raise
+        finally:
+            self._pending.pop(rid, None)
+            self.inflight -= 1
+            self.last_used = time.monotonic()
+            if self.inflight == 0:
+                self._poke()
+        if pending.result is not None:
+            return pending.result
+        if pending.error is not None:
+            raise AgentRefused(pending.error)
+        if not pending.written:
+            raise ChannelGone
+        detail = self.stderr.tail.decode(errors="replace").strip()[-600:]
+        raise TransportLost(
+            detail or "the agent channel was lost after the request was sent; it may have been carried out",
+            target=self.target.name,
+            stage="agent",
+            command_started=None,
         )

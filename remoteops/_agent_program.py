@@ -41,11 +41,16 @@ Kinds, gateway → agent:
   OUTPUT frames ``{stream: 1 | 2, offset}`` (offset = bytes of that stream before the chunk, END on each
   stream's last; the RESULT then carries only the totals), paced by ``CREDIT`` ``{bytes}`` frames from the
   gateway so a slow consumer never makes the agent buffer without bound.
-* Reserved for the file primitives (issue 11): ``STAT`` {path}, ``READ`` {path, offset, length},
-  ``WRITE`` {path, mode?, expected_sha256?, if_exists} + DATA frames (temporary file, fsync, rename),
-  ``HASH`` {path}, ``LIST`` {path, depth, limit}. Reserved for server-side waits (issue 12): ``WAIT``
-  {pid | path | pattern, until} answered when the condition holds or its bound passes. Today an agent
-  answers them with ERROR {code: "unsupported"}, so a newer gateway can tell what an older agent lacks.
+* File primitives (issue 11), each answered by one RESULT or ERROR, synchronously (see "file primitives"
+  below): ``STAT`` {path, hash?, follow?}, ``READ`` {path, offset, length} → data = the bytes, meta = the
+  whole file's size and sha256, ``WRITE`` {path, mode?, expected_sha256?, if_exists} with the content as
+  the frame's data (temporary file in the same directory, fsync, rename, directory fsync), ``HASH``
+  {path}, ``LIST``/``FIND`` {path, depth, limit, hidden, name?, type?, size and mtime bounds}, ``GREP``
+  {path, pattern, include, exclude, context, max_matches, max_bytes}, ``MKDIR`` {path, parents, mode},
+  ``MOVE`` {source, destination, overwrite}, ``DELETE`` {path, recursive, protected}. Reserved for
+  server-side waits (issue 12): ``WAIT`` {pid | path | pattern, until} answered when the condition holds
+  or its bound passes. Today an agent answers it with ERROR {code: "unsupported"}, so a newer gateway can
+  tell what an older agent lacks.
 
 Kinds, agent → gateway: ``RESULT`` and ``ERROR`` {code, message} (final), ``STARTED``, and reserved
 ``OUTPUT`` {stream, offset} (a chunk of a process's output as it arrives; END on the last) and
@@ -72,14 +77,19 @@ __all__ = [
     "CANCEL",
     "CREDIT",
     "DATA",
+    "DELETE",
     "ERROR",
     "EXEC",
+    "FIND",
     "F_END",
+    "GREP",
     "HASH",
     "HEADER",
     "HELLO",
     "LIST",
     "MAX_BODY",
+    "MKDIR",
+    "MOVE",
     "OUTPUT",
     "PROGRESS",
     "PROTOCOL_MAX",
@@ -113,7 +123,12 @@ READ = 0x11
 WRITE = 0x12
 HASH = 0x13
 LIST = 0x14
+MKDIR = 0x15
+MOVE = 0x16
+DELETE = 0x17
 WAIT = 0x18
+FIND = 0x19
+GREP = 0x1A
 RESULT = 0x80
 ERROR = 0x81
 STARTED = 0x82
@@ -526,6 +541,576 @@ class _Exec:
         self.out = self.err = _Capture(0, 0)
 
 
+# ---------------------------------------------------------------------------------- file primitives
+# Each file request is answered at once (one RESULT or ERROR), synchronously: they touch one path (LIST a
+# bounded tree) and never wait for anything but the filesystem. Paths are ``wire_bytes`` of the meta
+# field: any bytes, never through a shell. ERROR codes: "os" {errno: name, path}, "conflict" {reason,
+# sha256?}, "bad_request", "protected" {reason}.
+
+_TMP_TAG = b".rog-"
+_TMP_END = b".tmp"
+_HASH_CHUNK = 1024 * 1024
+_TYPES = ((0o140000, "socket"), (0o120000, "symlink"), (0o100000, "file"), (0o060000, "block"),
+          (0o040000, "directory"), (0o020000, "char"), (0o010000, "fifo"))  # fmt: skip
+
+
+class _FileRefusal(Exception):
+    def __init__(self, code: str, message: str, **fields: Any) -> None:
+        super().__init__(message)
+        self.meta = {"code": code, "message": message, **fields}
+
+
+def _path(meta: dict[str, Any], key: str = "path") -> bytes:
+    value = meta.get(key)
+    if not isinstance(value, str) or not value:
+        raise _FileRefusal("bad_request", key + " must be a non-empty string")
+    path = wire_bytes(value)
+    if b"\0" in path:
+        raise _FileRefusal("bad_request", key + " holds a NUL byte")
+    return path
+
+
+def _kind_of(mode: int) -> str:
+    fmt = mode & 0o170000
+    for bits, name in _TYPES:
+        if fmt == bits:
+            return name
+    return "unknown"
+
+
+def _names(uid: int, gid: int) -> tuple[str | None, str | None]:
+    owner = group = None
+    try:
+        import pwd
+
+        owner = pwd.getpwuid(uid).pw_name
+    except (ImportError, KeyError):
+        pass
+    try:
+        import grp
+
+        group = grp.getgrgid(gid).gr_name
+    except (ImportError, KeyError):
+        pass
+    return owner, group
+
+
+def _describe(path: bytes, st: os.stat_result) -> dict[str, Any]:
+    owner, group = _names(st.st_uid, st.st_gid)
+    kind = _kind_of(st.st_mode)
+    info: dict[str, Any] = {
+        "type": kind,
+        "size": st.st_size,
+        "mode": st.st_mode & 0o7777,
+        "uid": st.st_uid,
+        "gid": st.st_gid,
+        "owner": owner,
+        "group": group,
+        "mtime": st.st_mtime,
+        "symlink_target": None,
+    }
+    if kind == "symlink":
+        with contextlib.suppress(OSError):
+            info["symlink_target"] = wire_text(os.readlink(path))
+    return info
+
+
+def _sha256_fd(fd: int) -> tuple[str, int]:
+    import hashlib
+
+    digest = hashlib.sha256()
+    size = 0
+    os.lseek(fd, 0, os.SEEK_SET)
+    while True:
+        chunk = os.read(fd, _HASH_CHUNK)
+        if not chunk:
+            return digest.hexdigest(), size
+        digest.update(chunk)
+        size += len(chunk)
+
+
+def _current_sha256(path: bytes) -> str | None:
+    """The SHA-256 of the regular file at ``path`` (following links), None when nothing is there."""
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOCTTY", 0) | getattr(os, "O_NONBLOCK", 0))
+    except FileNotFoundError:
+        return None
+    try:
+        _regular(path, os.fstat(fd))
+        return _sha256_fd(fd)[0]
+    finally:
+        os.close(fd)
+
+
+def _regular(path: bytes, st: os.stat_result) -> None:
+    kind = _kind_of(st.st_mode)
+    if kind != "file":
+        raise _FileRefusal("os", "not a regular file: " + kind, errno="EISDIR" if kind == "directory"
+                           else "EINVAL", path=wire_text(path))  # fmt: skip
+
+
+def _file_stat(meta: dict[str, Any], data: bytes) -> tuple[dict[str, Any], bytes]:
+    path = _path(meta)
+    st = os.stat(path) if meta.get("follow") else os.lstat(path)
+    info = _describe(path, st)
+    info["sha256"] = None
+    if meta.get("hash") and info["type"] in ("file", "symlink"):
+        with contextlib.suppress(_FileRefusal):
+            info["sha256"] = _current_sha256(path)
+    return info, b""
+
+
+def _file_hash(meta: dict[str, Any], data: bytes) -> tuple[dict[str, Any], bytes]:
+    path = _path(meta)
+    digest = _current_sha256(path)
+    if digest is None:
+        raise FileNotFoundError(errno.ENOENT, "No such file or directory", path)
+    return {"sha256": digest}, b""
+
+
+def _file_read(meta: dict[str, Any], data: bytes) -> tuple[dict[str, Any], bytes]:
+    """Bytes [offset, offset + length) of a regular file, with the whole file's size and SHA-256."""
+    import hashlib
+
+    path = _path(meta)
+    offset, length = int(meta.get("offset", 0)), int(meta["length"])
+    if offset < 0 or length < 0:
+        raise _FileRefusal("bad_request", "offset and length must be >= 0")
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOCTTY", 0) | getattr(os, "O_NONBLOCK", 0))
+    try:
+        _regular(path, os.fstat(fd))
+        digest = hashlib.sha256()
+        size = 0
+        out = bytearray()
+        while True:
+            chunk = os.read(fd, _HASH_CHUNK)
+            if not chunk:
+                break
+            digest.update(chunk)
+            lo, hi = max(offset - size, 0), min(offset + length - size, len(chunk))
+            if lo < hi:
+                out += chunk[lo:hi]
+            size += len(chunk)
+    finally:
+        os.close(fd)
+    return {"size": size, "sha256": digest.hexdigest(), "offset": offset}, bytes(out)
+
+
+def _tmp_pid(name: bytes) -> int | None:
+    """The agent pid in a temporary file name ``.<base>.rog-<pid>-<hex>.tmp``, else None."""
+    if not (name.startswith(b".") and name.endswith(_TMP_END)) or _TMP_TAG not in name:
+        return None
+    tail = name[name.rfind(_TMP_TAG) + len(_TMP_TAG) : -len(_TMP_END)]
+    pid, _, token = tail.partition(b"-")
+    if not pid.isdigit() or len(token) != 16 or token.strip(b"0123456789abcdef"):
+        return None
+    return int(pid)
+
+
+def _sweep(directory: bytes) -> None:
+    """Remove temporary files a killed agent left in ``directory`` (their agent pid is gone)."""
+    me = os.getpid()
+    with contextlib.suppress(OSError), os.scandir(directory) as entries:
+        for entry in entries:
+            pid = _tmp_pid(entry.name)
+            if pid is None or pid == me:
+                continue
+            try:
+                os.kill(pid, 0)
+                continue  # that agent is alive (its write may be in progress)
+            except ProcessLookupError:
+                pass
+            except PermissionError:
+                continue  # another user's live process
+            with contextlib.suppress(OSError):
+                if entry.stat(follow_symlinks=False).st_uid == os.geteuid():
+                    os.unlink(entry.path)
+
+
+def _fsync_dir(directory: bytes) -> None:
+    with contextlib.suppress(OSError):
+        fd = os.open(directory, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+def _split(path: bytes) -> tuple[bytes, bytes]:
+    directory, base = os.path.split(path)
+    if not base:
+        raise _FileRefusal("bad_request", "the path names a directory, not a file")
+    return directory or b".", base
+
+
+def _replace_atomically(path: bytes, content: bytes, mode: int, owner: tuple[int, int] | None) -> None:
+    """Write a temporary file next to ``path``, fsync it, rename it over ``path``, fsync the directory.
+    Whatever happens, ``path`` holds either its old or its new content, never a mix."""
+    import secrets
+
+    directory, base = _split(path)
+    _sweep(directory)
+    tmp = os.path.join(directory, b"." + base[:160] + _TMP_TAG + str(os.getpid()).encode() + b"-"
+                       + secrets.token_hex(8).encode() + _TMP_END)  # fmt: skip
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o600)
+    try:
+        try:
+            view = memoryview(content)
+            while view:
+                view = view[os.write(fd, view[:_HASH_CHUNK]) :]
+            if owner is not None:
+                with contextlib.suppress(PermissionError):
+                    os.fchown(fd, owner[0], owner[1])
+            os.fchmod(fd, mode)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.rename(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+    _fsync_dir(directory)
+
+
+def _file_write(meta: dict[str, Any], data: bytes) -> tuple[dict[str, Any], bytes]:
+    import hashlib
+
+    path = _path(meta)
+    if_exists = meta.get("if_exists", "overwrite")
+    expected = meta.get("expected_sha256")
+    if if_exists not in ("overwrite", "fail"):
+        raise _FileRefusal("bad_request", "if_exists must be overwrite or fail")
+    with contextlib.suppress(OSError):
+        if os.path.islink(path):
+            path = os.path.realpath(path)  # write through a link: the link stays a link
+    try:
+        st: os.stat_result | None = os.stat(path)
+    except FileNotFoundError:
+        st = None
+    if st is not None:
+        _regular(path, st)
+        if not os.access(path, os.W_OK):  # replacing it would bypass its permissions (and its owner)
+            raise PermissionError(errno.EACCES, "Permission denied", path)
+        if if_exists == "fail":
+            raise _FileRefusal("conflict", "the file exists", reason="exists", path=wire_text(path))
+    if expected is not None:
+        current = _current_sha256(path) if st is not None else None
+        if current != expected:
+            raise _FileRefusal("conflict", "the file changed", reason="sha256_mismatch", sha256=current,
+                               path=wire_text(path))  # fmt: skip
+    if st is not None:
+        mode, owner = st.st_mode & 0o7777, (st.st_uid, st.st_gid)
+        if meta.get("mode") is not None:
+            mode = int(meta["mode"]) & 0o7777
+    elif meta.get("mode") is not None:
+        mode, owner = int(meta["mode"]) & 0o7777, None
+    else:
+        umask = os.umask(0o022)
+        os.umask(umask)
+        mode, owner = 0o666 & ~umask, None
+    _replace_atomically(path, data, mode, owner)
+    return {"sha256": hashlib.sha256(data).hexdigest(), "size": len(data), "created": st is None}, b""
+
+
+def _walk(root: bytes, depth: int, hidden: bool, errors: list[dict[str, Any]]) -> Any:
+    """(relative path, lstat) of everything under ``root`` down to ``depth``: pre-order, each directory's
+    names in byte order (the same order on every call); links are never followed. Unreadable directories
+    are added to ``errors``."""
+    if not 1 <= depth <= 64:
+        raise _FileRefusal("bad_request", "depth must be in 1..64")
+    if _kind_of(os.stat(root).st_mode) != "directory":
+        raise _FileRefusal("os", "not a directory", errno="ENOTDIR", path=wire_text(root))
+    # a stack of (relative directory, its remaining names, level): no recursion
+    stack: list[tuple[bytes, list[bytes], int]] = []
+
+    def push(rel: bytes, level: int) -> None:
+        try:
+            names = sorted(os.listdir(os.path.join(root, rel) if rel else root), reverse=True)
+        except OSError as exc:
+            errors.append({"path": wire_text(rel), "errno": errno.errorcode.get(exc.errno or 0, "EIO")})
+            return
+        stack.append((rel, [n for n in names if hidden or not n.startswith(b".")], level))
+
+    push(b"", 1)
+    while stack:
+        rel, names, level = stack[-1]
+        if not names:
+            stack.pop()
+            continue
+        child = os.path.join(rel, names.pop()) if rel else names.pop()
+        try:
+            st = os.lstat(os.path.join(root, child))
+        except OSError:
+            continue  # vanished while walking
+        yield child, st
+        if _kind_of(st.st_mode) == "directory" and level < depth:
+            push(child, level + 1)
+
+
+def _file_list(meta: dict[str, Any], data: bytes) -> tuple[dict[str, Any], bytes]:
+    """Entries under a directory in :func:`_walk` order, at most ``limit`` (``truncated`` when more were
+    there). FIND: only those matching name glob, type, size and mtime bounds (at most ``scan`` visited)."""
+    root = _path(meta)
+    depth, limit, hidden = int(meta.get("depth", 1)), int(meta.get("limit", 1000)), bool(meta.get("hidden"))
+    if limit < 1:
+        raise _FileRefusal("bad_request", "limit must be >= 1")
+    name = wire_bytes(meta["name"]) if meta.get("name") else None
+    kind = meta.get("type")
+    low_size, high_size = meta.get("min_size"), meta.get("max_size")
+    after, before = meta.get("mtime_min"), meta.get("mtime_max")
+    scan = int(meta.get("scan", 1_000_000))
+    entries: list[dict[str, Any]] = []
+    errors: list[dict[str, Any]] = []
+    truncated = False
+    visited = 0
+    for child, st in _walk(root, depth, hidden, errors):
+        visited += 1
+        if visited > scan:
+            truncated = True
+            break
+        if name is not None:
+            import fnmatch
+
+            if not fnmatch.fnmatchcase(os.path.basename(child), name):
+                continue
+        if kind is not None and _kind_of(st.st_mode) != kind:
+            continue
+        if (low_size is not None and st.st_size < low_size) or (
+            high_size is not None and st.st_size > high_size
+        ):
+            continue
+        if (after is not None and st.st_mtime < after) or (before is not None and st.st_mtime > before):
+            continue
+        if len(entries) >= limit:
+            truncated = True
+            break
+        info = _describe(os.path.join(root, child), st)
+        info["path"] = wire_text(child)
+        entries.append(info)
+    return {"entries": entries, "truncated": truncated, "errors": errors, "visited": visited}, b""
+
+
+_BINARY_PROBE = 8192
+_GREP_FILE_MAX = 32 * 1024 * 1024
+_GREP_LINE_MAX = 1000
+
+
+def _grep_file(path: bytes, rel: bytes, regex: Any, meta: dict[str, Any], out: dict[str, Any]) -> None:
+    context = int(meta.get("context", 0))
+    try:
+        with open(path, "rb") as fh:
+            content = fh.read(_GREP_FILE_MAX + 1)
+    except OSError as exc:
+        out["skipped"].append({"path": wire_text(rel), "reason": errno.errorcode.get(exc.errno or 0, "EIO")})
+        return
+    if len(content) > _GREP_FILE_MAX:
+        out["skipped"].append({"path": wire_text(rel), "reason": "too_large"})
+        return
+    if b"\0" in content[:_BINARY_PROBE]:
+        out["skipped"].append({"path": wire_text(rel), "reason": "binary"})
+        return
+    out["files_searched"] += 1
+    lines = content.split(b"\n")
+    if lines and lines[-1] == b"":
+        lines.pop()
+
+    def shown(index: int) -> str:
+        return wire_text(lines[index][:_GREP_LINE_MAX])
+
+    for number, line in enumerate(lines):
+        if not regex.search(line):
+            continue
+        if len(out["matches"]) >= out["max_matches"] or out["bytes"] >= out["max_bytes"]:
+            out["truncated"] = True
+            return
+        match = {
+            "path": wire_text(rel),
+            "line": number + 1,
+            "text": shown(number),
+            "before": [shown(i) for i in range(max(0, number - context), number)],
+            "after": [shown(i) for i in range(number + 1, min(len(lines), number + 1 + context))],
+        }
+        out["bytes"] += min(len(line), _GREP_LINE_MAX) + 64
+        out["matches"].append(match)
+
+
+def _file_grep(meta: dict[str, Any], data: bytes) -> tuple[dict[str, Any], bytes]:
+    """Lines matching a Python regular expression in the regular files under ``path`` (or in one file),
+    in :func:`_walk` order; binary files (a NUL byte in the first 8 KiB) are skipped and reported."""
+    import fnmatch
+    import re
+
+    root = _path(meta)
+    try:
+        regex = re.compile(wire_bytes(meta["pattern"]), re.IGNORECASE if meta.get("ignore_case") else 0)
+    except re.error as exc:
+        raise _FileRefusal("bad_request", "bad pattern: " + str(exc)) from None
+    include = [wire_bytes(g) for g in meta.get("include", [])]
+    exclude = [wire_bytes(g) for g in meta.get("exclude", [])]
+    out: dict[str, Any] = {"matches": [], "skipped": [], "truncated": False, "files_searched": 0, "bytes": 0,
+                           "max_matches": int(meta.get("max_matches", 200)),
+                           "max_bytes": int(meta.get("max_bytes", 65536))}  # fmt: skip
+    errors: list[dict[str, Any]] = []
+    if _kind_of(os.stat(root).st_mode) == "file":
+        _grep_file(root, os.path.basename(root), regex, meta, out)
+    else:
+        for child, st in _walk(root, int(meta.get("depth", 64)), bool(meta.get("hidden")), errors):
+            if out["truncated"]:
+                break
+            base = os.path.basename(child)
+            if _kind_of(st.st_mode) != "file":
+                continue
+            if include and not any(fnmatch.fnmatchcase(base, g) for g in include):
+                continue
+            if any(fnmatch.fnmatchcase(base, g) for g in exclude):
+                continue
+            _grep_file(os.path.join(root, child), child, regex, meta, out)
+    for key in ("bytes", "max_matches", "max_bytes"):
+        del out[key]
+    out["errors"] = errors
+    return out, b""
+
+
+def _file_mkdir(meta: dict[str, Any], data: bytes) -> tuple[dict[str, Any], bytes]:
+    path = _path(meta)
+    mode = int(meta.get("mode", 0o777)) & 0o7777
+    if os.path.lexists(path):
+        if meta.get("parents") and os.path.isdir(path):
+            return {"created": False}, b""
+        raise _FileRefusal("conflict", "the path exists", reason="exists", path=wire_text(path))
+    if meta.get("parents"):
+        os.makedirs(path, mode)
+    else:
+        os.mkdir(path, mode)
+    _fsync_dir(os.path.dirname(os.path.abspath(path)))
+    return {"created": True}, b""
+
+
+def _copy_tree(source: bytes, destination: bytes) -> None:
+    """Across filesystems: a copy next to the destination, renamed into place, then the source removed."""
+    import secrets
+    import shutil
+
+    directory, base = _split(destination)
+    tmp = os.path.join(directory, b"." + base[:160] + _TMP_TAG + str(os.getpid()).encode() + b"-"
+                       + secrets.token_hex(8).encode() + _TMP_END)  # fmt: skip
+    try:
+        if os.path.isdir(source) and not os.path.islink(source):
+            shutil.copytree(os.fsdecode(source), os.fsdecode(tmp), symlinks=True)
+        else:
+            shutil.copy2(source, tmp, follow_symlinks=False)
+            if not os.path.islink(tmp):
+                fd = os.open(tmp, os.O_RDONLY)
+                try:
+                    os.fsync(fd)
+                finally:
+                    os.close(fd)
+        os.rename(tmp, destination)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            if os.path.isdir(tmp) and not os.path.islink(tmp):
+                shutil.rmtree(tmp)
+            else:
+                os.unlink(tmp)
+        raise
+    _fsync_dir(directory)
+    if os.path.isdir(source) and not os.path.islink(source):
+        shutil.rmtree(source)
+    else:
+        os.unlink(source)
+
+
+def _file_move(meta: dict[str, Any], data: bytes) -> tuple[dict[str, Any], bytes]:
+    source, destination = _path(meta, "source"), _path(meta, "destination")
+    os.lstat(source)  # not_found names the source
+    if not meta.get("overwrite") and os.path.lexists(destination):
+        raise _FileRefusal("conflict", "the destination exists", reason="exists",
+                           path=wire_text(destination))  # fmt: skip
+    try:
+        os.rename(source, destination)
+        cross = False
+    except OSError as exc:
+        if exc.errno != errno.EXDEV:
+            raise
+        _copy_tree(source, destination)
+        cross = True
+    _fsync_dir(os.path.dirname(os.path.abspath(destination)))
+    return {"cross_filesystem": cross}, b""
+
+
+def _home() -> bytes:
+    try:
+        import pwd
+
+        return os.fsencode(pwd.getpwuid(os.geteuid()).pw_dir)
+    except (ImportError, KeyError):
+        return os.path.expanduser(b"~")
+
+
+def _file_delete(meta: dict[str, Any], data: bytes) -> tuple[dict[str, Any], bytes]:
+    import shutil
+
+    path = _path(meta)
+    directory, base = os.path.split(os.path.abspath(path))
+    # the entry itself (a link is removed, never followed), in its real directory
+    real = os.path.join(os.path.realpath(directory), base) if base else os.path.realpath(path)
+    homes = [(os.path.realpath(_home()), "home")]
+    if os.environb.get(b"HOME"):
+        homes.append((os.path.realpath(os.environb[b"HOME"]), "home"))
+    listed = [os.path.realpath(wire_bytes(p)) for p in meta.get("protected", []) if isinstance(p, str)]
+    # "/" and the home (the account's and $HOME) themselves; an operator-listed path and everything under it;
+    # for a recursive delete also any directory holding one of them
+    for guard, reason in [(b"/", "root")] + homes + [(p, "protected") for p in listed]:
+        inside = reason == "protected" and real.startswith(guard.rstrip(b"/") + b"/")
+        holds = bool(meta.get("recursive")) and guard.startswith(real.rstrip(b"/") + b"/")
+        if real == guard or inside or holds:
+            raise _FileRefusal("protected", "refusing to delete " + wire_text(real) + " (" + reason + ")",
+                               reason=reason, path=wire_text(guard))  # fmt: skip
+    st = os.lstat(path)
+    kind = _kind_of(st.st_mode)
+    if kind == "directory":
+        if not meta.get("recursive"):
+            raise _FileRefusal("os", "a directory (recursive: true deletes it)", errno="EISDIR",
+                               path=wire_text(path))  # fmt: skip
+        shutil.rmtree(path)
+    else:
+        os.unlink(path)
+    _fsync_dir(directory or b".")
+    return {"type": kind}, b""
+
+
+_FILE_KINDS: dict[int, Callable[[dict[str, Any], bytes], tuple[dict[str, Any], bytes]]] = {
+    STAT: _file_stat,
+    READ: _file_read,
+    WRITE: _file_write,
+    HASH: _file_hash,
+    LIST: _file_list,
+    FIND: _file_list,
+    GREP: _file_grep,
+    MKDIR: _file_mkdir,
+    MOVE: _file_move,
+    DELETE: _file_delete,
+}
+
+
+def _file_answer(request_id: int, kind: int, meta: dict[str, Any], data: bytes) -> bytes:
+    """The one frame answering a file request."""
+    try:
+        result, payload = _FILE_KINDS[kind](meta, data)
+        return encode(request_id, RESULT, result, payload)
+    except _FileRefusal as exc:
+        return encode(request_id, ERROR, exc.meta)
+    except OSError as exc:
+        name = errno.errorcode.get(exc.errno or 0, "EIO")
+        where = exc.filename if isinstance(exc.filename, (bytes, str)) else None
+        path = wire_text(os.fsencode(where)) if where is not None else None
+        return encode(request_id, ERROR, {"code": "os", "errno": name, "message": exc.strerror or name,
+                                          "path": path})  # fmt: skip
+    except (KeyError, TypeError, ValueError, OverflowError) as exc:
+        return encode(request_id, ERROR, {"code": "bad_request", "message": repr(exc)})
+
+
 class _Agent:
     def __init__(self) -> None:
         self.sel = selectors.DefaultSelector()
@@ -655,6 +1240,9 @@ class _Agent:
                 child.cancelled = True
                 child.kill(float(meta.get("grace_s", 1.0)))
             return
+        if kind in _FILE_KINDS:
+            self.send(_file_answer(request_id, kind, meta, data))
+            return
         if kind != EXEC:
             message = f"request kind 0x{kind:02x} is not supported by this agent"
             self.send(encode(request_id, ERROR, {"code": "unsupported", "message": message}))
@@ -684,7 +1272,7 @@ class _Agent:
             "pid": os.getpid(),
             "python": ".".join(str(part) for part in sys.version_info[:3]),
             "subreaper": self.subreaper,
-            "kinds": [HELLO, EXEC, DATA, CANCEL],
+            "kinds": [HELLO, EXEC, DATA, CANCEL, *sorted(_FILE_KINDS)],
         }
         self.send(encode(request_id, HELLO, info))
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from types import TracebackType
-from typing import Self
+from typing import Any, Self
 
 import anyio
 import anyio.abc
@@ -13,6 +13,7 @@ from ._agent_carrier import AgentCarrier
 from ._capabilities import PROBE_ARGV, CapabilityCache, parse_df
 from ._errors import InvalidRequest, PolicyDenied, ProbeError, RemoteOpsError
 from ._exec import Carrier, ExecRequest, RawExec, present
+from ._files import RemoteFiles
 from ._models import (
     Capabilities,
     CarrierState,
@@ -99,6 +100,24 @@ class RemoteOps:
 
     async def identity(self, name: str) -> TargetIdentity:
         return await self._resolver.resolve(self.target(name))
+
+    @property
+    def files(self) -> RemoteFiles:
+        """Structured file operations (stat, read, write, list, mkdir, move, delete) over the agent."""
+        return RemoteFiles(self, ceiling_s=self._settings.exec_timeout_default_s)
+
+    async def agent_request(
+        self, target: str, kind: int, meta: dict[str, Any], data: bytes = b""
+    ) -> tuple[dict[str, Any], bytes]:
+        """One request of the target's agent (``_agent_program`` kinds); see ``AgentCarrier.request``."""
+        spec = self.target(target)
+        pool, _ = self._ready()
+        try:
+            identity = await self._resolver.resolve(spec)
+            return await self._agent_carrier().request(spec, identity, kind, meta, data)
+        except RemoteOpsError as exc:
+            pool.record_failure(exc)
+            raise
 
     # -- public API ------------------------------------------------------------------------------------------
     async def list_targets(self) -> list[TargetInfo]:

@@ -61,3 +61,4 @@ class TargetSpec(BaseModel):
     port: int | None = Field(default=None, ge=1, le=65535)
     host_key_policy: HostKeyPolicy = "strict"
     carrier: CarrierMode | None = None  # None: the transport's setting
+    protected_paths: tuple[str, ...] = ()  # remote_delete refuses these (and directories holding them)

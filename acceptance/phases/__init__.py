@@ -20,13 +20,13 @@ MODULES = (
     "conformance",
     "systemd",
     "burnin",
+    "files",  # after multiplex and burnin: its calls boot the target's agent, which then carries their calls
     "redaction",
 )
 
 for _module in MODULES:
     importlib.import_module(f"acceptance.phases.{_module}")  # registers its phases, in this order
 
-not_built("files", "remote files: read, write, edit, checksums", "file tools")
 not_built("transfers", "transfers: rsync/scp over the master, resumable, verified", "transfer tools")
 not_built("forwards", "port forwards over the master (-L/-R/-D), listed and cancelled", "forward tools")
 not_built("tasks", "long-running remote tasks: start, poll, cancel, survive reconnects", "task tools")

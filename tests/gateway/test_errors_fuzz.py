@@ -14,6 +14,8 @@ sandbox (absolute, ``~``, ``..``) is not used.
 
 from __future__ import annotations
 
+import base64
+import binascii
 import shutil
 import tempfile
 from collections.abc import AsyncIterator, Iterator
@@ -34,7 +36,7 @@ from gateway._redact import Redactor
 from gateway._runtime import Runtime
 from gateway._server import build_server
 from gateway.config import Settings
-from gateway.tools import all_specs
+from gateway.tools import all_specs, files, files_search
 
 pytestmark = pytest.mark.slow
 
@@ -45,6 +47,9 @@ ALLOWED_BY_PREFIX = {"task_": {"not_found"}}
 # Not fuzzed here, each for a reason (their bad input has its own tests): generated local/remote paths with
 # `delete` could reach outside any sandbox (transfers), and a started task outlives the test (detached).
 NOT_FUZZED = {"remote_upload", "remote_download", "remote_sync", "task_start"}
+# file tools on random names: the file is not there, or is already there
+FILE_TOOLS = {spec.name for spec in files.SPECS + files_search.SPECS}
+FILE_FAILURES = {"not_found", "conflict"}
 _IGNORED_KEYWORDS = {"title", "description", "default"}
 _HOSTILE_TEXT = ["", "\x00", "a\x00b", "\ud800", "x\udfff", "demo", " ", "-", "\n"]
 
@@ -88,6 +93,8 @@ def from_schema(schema: dict[str, Any], name: str = "") -> Any:
             {k: v for k, v in strategies.items() if k in required},
             optional={k: v for k, v in strategies.items() if k not in required},
         )
+    if kind == "string" and "pattern" in schema:
+        return st.one_of(st.from_regex(schema["pattern"], fullmatch=True), _text(max_size=80))
     if kind == "string":
         text = _text(min_size=schema.get("minLength", 0), max_size=schema.get("maxLength"))
         if "pattern" in schema:  # mostly values that match (so calls get past validation), some that do not
@@ -121,8 +128,20 @@ def _only(schema: dict[str, Any], keep: str, drop: str) -> dict[str, Any]:
     return {**schema, "properties": properties, "required": [*schema.get("required", ()), keep]}
 
 
+def _inline(schema: Any, defs: dict[str, Any]) -> Any:
+    """The schema with every local ``$ref`` (nested models: patch hunks) replaced by its definition."""
+    if isinstance(schema, dict):
+        ref = schema.get("$ref")
+        if isinstance(ref, str) and ref.startswith("#/$defs/"):
+            return _inline(defs[ref.removeprefix("#/$defs/")], defs)
+        return {k: _inline(v, defs) for k, v in schema.items() if k != "$defs"}
+    if isinstance(schema, list):
+        return [_inline(item, defs) for item in schema]
+    return schema
+
+
 def _arguments(tool: types.Tool) -> Any:
-    schema = tool.input_schema
+    schema = _inline(tool.input_schema, tool.input_schema.get("$defs", {}))
     strategy = from_schema(schema, tool.name)
     if {"argv", "shell"} <= set(schema.get("properties", {})):
         # remote_exec takes exactly one of them: mostly send one, so that the calls get to run.
@@ -152,6 +171,7 @@ async def _gateway(workdir: Path) -> AsyncIterator[tuple[Client, list[types.Tool
                 # Below the 30 s capability probe: the gateway's own probes obey the operator's ceiling.
                 "exec_timeout_max_s": 5,
             },
+            # teardown too: remote_delete is fuzzed (on relative paths, inside the embedded sandbox)
             "tools": {"toolsets": ["inspect", "manage", "execute", "teardown", "upstream"]},
         }
     )
@@ -176,9 +196,24 @@ def served() -> Iterator[Served]:
         shutil.rmtree(workdir, ignore_errors=True)
 
 
+def _leaves(path: object) -> bool:
+    return isinstance(path, str) and (path.startswith(("/", "~")) or ".." in path)
+
+
 def _stays_in_sandbox(arguments: dict[str, Any]) -> bool:
-    cwd = arguments.get("cwd")
-    return not (isinstance(cwd, str) and (cwd.startswith(("/", "~")) or ".." in cwd))
+    """No cwd, and no file tool path (text or base64), outside the embedded target's sandbox."""
+    for key in ("cwd", "path", "source", "destination"):
+        if _leaves(arguments.get(key)):
+            return False
+        encoded = arguments.get(f"{key}_b64")
+        if isinstance(encoded, str):
+            try:
+                decoded = base64.b64decode(encoded, validate=True).decode("utf-8", "replace")
+            except (binascii.Error, ValueError):
+                continue  # refused as validation_error before anything runs
+            if _leaves(decoded):
+                return False
+    return True
 
 
 def _check(served: Served, name: str, args: dict[str, Any]) -> None:
@@ -188,6 +223,7 @@ def _check(served: Served, name: str, args: dict[str, Any]) -> None:
         error = error_payload(result)
         assert error is not None, result
         allowed = ALLOWED_FAILURES.union(*(v for k, v in ALLOWED_BY_PREFIX.items() if name.startswith(k)))
+        allowed |= FILE_FAILURES if name in FILE_TOOLS else set()
         assert error["code"] in allowed, (name, error)
         assert result.structured_content is None
 

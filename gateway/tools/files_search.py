@@ -1,0 +1,123 @@
+"""`remote_find` and `remote_grep`: thin adapters over `RemoteOps.files` (agent requests)."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import Field
+
+from gateway._catalog import Toolset, ToolSpec
+from gateway._context import ToolContext
+from gateway.tools.files import PathIn
+from remoteops import GrepResult, ListResult
+
+__all__ = ["SPECS"]
+
+_Kind = Literal["file", "directory", "symlink", "fifo", "socket", "char", "block"]
+
+
+class FindIn(PathIn):
+    name: str | None = Field(None, min_length=1, description="Glob on the base name (fnmatch: *, ?, [..]).")
+    type: _Kind | None = Field(None, description="Only entries of this type.")
+    min_size: int | None = Field(None, ge=0, description="Only entries of at least this many bytes.")
+    max_size: int | None = Field(None, ge=0, description="Only entries of at most this many bytes.")
+    mtime_min: float | None = Field(None, description="Only entries modified at or after (epoch seconds).")
+    mtime_max: float | None = Field(None, description="Only entries modified at or before (epoch seconds).")
+    depth: int = Field(64, ge=1, le=64, description="How deep to descend (1: the directory's entries).")
+    limit: int = Field(1000, ge=1, le=10_000, description="At most this many results (truncated says more).")
+    hidden: bool = Field(True, description="Include names starting with a dot.")
+
+
+class FindOut(ListResult):
+    target: str
+
+
+class GrepIn(PathIn):
+    pattern: str = Field(min_length=1, max_length=4096, description="A Python regular expression (re).")
+    include: list[str] = Field(default_factory=list, description="Only files whose base name matches one.")
+    exclude: list[str] = Field(default_factory=list, description="Skip files whose base name matches one.")
+    ignore_case: bool = False
+    context: int = Field(0, ge=0, le=20, description="Lines of context before and after each match.")
+    depth: int = Field(64, ge=1, le=64)
+    max_matches: int = Field(200, ge=1, le=10_000)
+    hidden: bool = Field(False, description="Search names starting with a dot too.")
+
+
+class GrepOut(GrepResult):
+    target: str
+
+
+async def remote_find(ctx: ToolContext, args: FindIn) -> FindOut:
+    out = await ctx.runtime.remote.files.find(
+        args.target,
+        args.raw_path(),
+        name=args.name,
+        kind=args.type,
+        min_size=args.min_size,
+        max_size=args.max_size,
+        mtime_min=args.mtime_min,
+        mtime_max=args.mtime_max,
+        depth=args.depth,
+        limit=args.limit,
+        hidden=args.hidden,
+    )
+    return FindOut(target=args.target, **out.model_dump())
+
+
+async def remote_grep(ctx: ToolContext, args: GrepIn) -> GrepOut:
+    out = await ctx.runtime.remote.files.grep(
+        args.target,
+        args.raw_path(),
+        args.pattern,
+        include=args.include,
+        exclude=args.exclude,
+        ignore_case=args.ignore_case,
+        context=args.context,
+        depth=args.depth,
+        max_matches=args.max_matches,
+        max_bytes=ctx.runtime.settings.transport.output_cap_bytes,
+        hidden=args.hidden,
+    )
+    return GrepOut(target=args.target, **out.model_dump())
+
+
+def _render_grep(out: GrepOut) -> str:
+    lines = [f"{m.path}:{m.line}: {m.text}" for m in out.matches]
+    lines += [f"skipped {s.path} ({s.reason})" for s in out.skipped]
+    if out.truncated:
+        lines.append("… truncated")
+    return "\n".join(lines) or "no matches"
+
+
+_READS: dict[str, Any] = {
+    "toolset": Toolset.INSPECT,
+    "read_only": True,
+    "destructive": False,
+    "idempotent": True,
+    "open_world": True,
+}
+
+SPECS: list[ToolSpec[Any, Any]] = [
+    ToolSpec(
+        name="remote_find",
+        title="Find remote files",
+        description="Entries under a directory matching a name glob, type, size and mtime bounds, to a max "
+        "depth, in deterministic order, bounded by limit with truncated. Needs the agent.",
+        input_model=FindIn,
+        output_model=FindOut,
+        handler=remote_find,
+        **_READS,
+    ),
+    ToolSpec(
+        name="remote_grep",
+        title="Search remote files",
+        description="Lines matching a Python regular expression in the files under a path (include/exclude "
+        "globs, context lines, line numbers); binary files are skipped and listed; matches and bytes are "
+        "bounded (truncated). Needs the agent.",
+        input_model=GrepIn,
+        output_model=GrepOut,
+        handler=remote_grep,
+        render=_render_grep,
+        **_READS,
+    ),
+]

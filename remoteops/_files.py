@@ -1,0 +1,418 @@
+"""Structured file operations on a target, carried as requests of its agent (``_agent_program``).
+
+``ops.files.read("web", "/etc/nginx/nginx.conf")``: paths are data (``str`` or the exact ``bytes``), never
+a shell word; contents travel as raw bytes in the agent's frames. Every operation needs the agent: a
+target whose carrier is ssh or that has no usable python3 is ``MissingCapability``. Writes are atomic on
+the target (temporary file in the same directory, fsync, rename, directory fsync). A request whose answer
+never came after it was sent is ``TransportLost`` (it may have been carried out; ``stat`` with
+``sha256=True`` tells which content is there). Failures are the ``_files_errors`` tree.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator, Sequence
+from typing import TYPE_CHECKING, Any, Literal
+
+import anyio
+
+from . import _agent_program as proto
+from ._agent_channel import AgentRefused
+from ._errors import CommandTimeout, InvalidRequest, RemoteOpsError, TransportError
+from ._files_errors import (
+    FileAccessDenied,
+    FileConflict,
+    FileNotFound,
+    FileRequestInvalid,
+    ProtectedPath,
+    RemoteFileError,
+)
+from ._files_models import (
+    DeleteResult,
+    FileContent,
+    FileInfo,
+    FileKind,
+    GrepMatch,
+    GrepResult,
+    GrepSkipped,
+    ListError,
+    ListResult,
+    MkdirResult,
+    MoveResult,
+    WriteResult,
+    shown_path,
+)
+from ._files_patch import MAX_PATCH_BYTES, Hunk, PatchResult, apply_hunks
+
+if TYPE_CHECKING:
+    from ._ops import RemoteOps
+
+__all__ = ["PathArg", "RemoteFiles"]
+
+PathArg = str | bytes
+_MAX_PATH = 4096
+_INVALID_ERRNOS = {"EISDIR", "ENOTDIR", "EINVAL", "ENOTEMPTY", "ELOOP", "ENAMETOOLONG", "EXDEV", "EBUSY"}
+
+
+def _wire(path: PathArg, field: str = "path") -> str:
+    raw = path if isinstance(path, bytes) else path.encode("utf-8", "surrogateescape")
+    if not raw:
+        raise InvalidRequest(field=field, reason="empty")
+    if b"\0" in raw:
+        raise InvalidRequest(field=field, reason="NUL byte")
+    if len(raw) > _MAX_PATH:
+        raise InvalidRequest(field=field, reason=f"longer than {_MAX_PATH} bytes")
+    return proto.wire_text(raw)
+
+
+def _shown(wire: object) -> str | None:
+    return shown_path(proto.wire_bytes(wire))[0] if isinstance(wire, str) else None
+
+
+def _info(meta: dict[str, Any], path: str) -> FileInfo:
+    text, b64 = shown_path(proto.wire_bytes(path))
+    target = meta.get("symlink_target")
+    return FileInfo(
+        path=text,
+        path_b64=b64,
+        type=meta["type"],
+        size=int(meta["size"]),
+        mode=f"{int(meta['mode']):04o}",
+        uid=int(meta["uid"]),
+        gid=int(meta["gid"]),
+        owner=meta.get("owner"),
+        group=meta.get("group"),
+        mtime=float(meta["mtime"]),
+        symlink_target=_shown(target),
+        sha256=meta.get("sha256"),
+    )
+
+
+def _failure(target: str, meta: dict[str, Any]) -> RemoteOpsError:
+    code, message = meta.get("code"), str(meta.get("message", ""))[:500]
+    path = _shown(meta.get("path"))
+    if code == "conflict":
+        sha = meta.get("sha256")
+        return FileConflict(
+            message,
+            target=target,
+            path=path,
+            reason=str(meta.get("reason", "conflict")),
+            current_sha256=sha if isinstance(sha, str) else None,
+        )
+    if code == "protected":
+        return ProtectedPath(message, target=target, path=path, reason=str(meta.get("reason", "protected")))
+    if code == "bad_request":
+        return FileRequestInvalid(message, target=target, path=path)
+    if code == "os":
+        name = str(meta.get("errno", "EIO"))
+        detail = f"{message}: {path}" if path else message
+        if name == "ENOENT":
+            return FileNotFound(detail, target=target, path=path, errno=name)
+        if name in ("EACCES", "EPERM"):
+            return FileAccessDenied(detail, target=target, path=path, errno=name)
+        if name == "EEXIST":
+            return FileConflict(detail, target=target, path=path, reason="exists")
+        if name in _INVALID_ERRNOS:
+            return FileRequestInvalid(detail, target=target, path=path, errno=name)
+        return RemoteFileError(detail, target=target, path=path, errno=name)
+    return TransportError(f"the agent refused the request: {code}: {message}", target=target, stage="agent")
+
+
+@contextlib.contextmanager
+def _malformed(target: str) -> Iterator[None]:
+    """An agent answer that does not have the expected shape is a TransportError, never a crash."""
+    try:
+        yield
+    except (KeyError, TypeError, ValueError) as exc:
+        raise TransportError(
+            f"the agent's answer is malformed: {exc!r}"[:300], target=target, stage="agent"
+        ) from None
+
+
+class RemoteFiles:
+    """The file operations of one :class:`RemoteOps` (``ops.files``)."""
+
+    def __init__(self, ops: RemoteOps, *, ceiling_s: float) -> None:
+        self._ops = ops
+        self._ceiling_s = ceiling_s
+
+    async def _call(
+        self, target: str, kind: int, meta: dict[str, Any], data: bytes = b""
+    ) -> tuple[dict[str, Any], bytes]:
+        try:
+            with anyio.fail_after(self._ceiling_s):
+                return await self._ops.agent_request(target, kind, meta, data)
+        except AgentRefused as exc:
+            raise _failure(target, exc.meta) from None
+        except TimeoutError:
+            raise CommandTimeout(
+                f"no answer from the agent within {self._ceiling_s:.0f}s",
+                target=target,
+                time_limit_s=self._ceiling_s,
+                remote_killed=False,
+            ) from None
+
+    async def stat(
+        self, target: str, path: PathArg, *, sha256: bool = False, follow: bool = False
+    ) -> FileInfo:
+        """Type, size, mode, owner, mtime and link target of ``path`` (a link itself unless ``follow``);
+        ``sha256`` adds the content's SHA-256 for a regular file (or a link to one)."""
+        wire = _wire(path)
+        meta, _ = await self._call(target, proto.STAT, {"path": wire, "hash": sha256, "follow": follow})
+        with _malformed(target):
+            return _info(meta, wire)
+
+    async def read(
+        self, target: str, path: PathArg, *, max_bytes: int, offset: int = 0, length: int | None = None
+    ) -> FileContent:
+        """Bytes [offset, offset + length) of a regular file, at most ``max_bytes``, with the whole file's
+        size and SHA-256; ``truncated`` when the cap cut what was asked."""
+        if offset < 0 or (length is not None and length < 0) or max_bytes < 1:
+            raise InvalidRequest(field="offset/length", reason="must be >= 0")
+        wire = _wire(path)
+        want = max_bytes if length is None else min(length, max_bytes)
+        meta, data = await self._call(target, proto.READ, {"path": wire, "offset": offset, "length": want})
+        text, b64 = shown_path(proto.wire_bytes(wire))
+        with _malformed(target):
+            size = int(meta["size"])
+            end = min(offset, size) + len(data)
+            return FileContent(
+                path=text,
+                path_b64=b64,
+                content=data,
+                offset=offset,
+                size=size,
+                sha256=str(meta["sha256"]),
+                truncated=end < size and (length is None or length > max_bytes),
+                remaining=max(size - end, 0),
+            )
+
+    async def write(
+        self,
+        target: str,
+        path: PathArg,
+        content: bytes,
+        *,
+        mode: int | None = None,
+        if_exists: Literal["overwrite", "fail"] = "overwrite",
+        expected_sha256: str | None = None,
+    ) -> WriteResult:
+        """Replace (or create) a regular file atomically; an existing file keeps its mode and owner (where
+        permitted) unless ``mode`` is given, a new one gets ``mode`` or the umask's default."""
+        if mode is not None and not 0 <= mode <= 0o7777:
+            raise InvalidRequest(field="mode", reason="not a permission mode (0..0o7777)")
+        if expected_sha256 is not None and (
+            len(expected_sha256) != 64 or expected_sha256.strip("0123456789abcdef")
+        ):
+            raise InvalidRequest(field="expected_sha256", reason="not 64 lowercase hex digits")
+        wire = _wire(path)
+        meta: dict[str, Any] = {"path": wire, "if_exists": if_exists, "mode": mode}
+        if expected_sha256 is not None:
+            meta["expected_sha256"] = expected_sha256
+        answer, _ = await self._call(target, proto.WRITE, meta, content)
+        text, b64 = shown_path(proto.wire_bytes(wire))
+        with _malformed(target):
+            return WriteResult(
+                path=text,
+                path_b64=b64,
+                sha256=str(answer["sha256"]),
+                size=int(answer["size"]),
+                created=bool(answer["created"]),
+            )
+
+    async def list(
+        self, target: str, path: PathArg, *, depth: int = 1, limit: int = 1000, hidden: bool = False
+    ) -> ListResult:
+        """Entries under a directory (paths relative to it), depth-first, names in byte order, at most
+        ``limit``; hidden (dot) names only when asked."""
+        if not 1 <= depth <= 64 or not 1 <= limit <= 100_000:
+            raise InvalidRequest(field="depth/limit", reason="depth 1..64, limit 1..100000")
+        wire = _wire(path)
+        meta, _ = await self._call(
+            target, proto.LIST, {"path": wire, "depth": depth, "limit": limit, "hidden": hidden}
+        )
+        text, b64 = shown_path(proto.wire_bytes(wire))
+        with _malformed(target):
+            return ListResult(
+                path=text,
+                path_b64=b64,
+                entries=[_info(entry, entry["path"]) for entry in meta["entries"]],
+                truncated=bool(meta["truncated"]),
+                errors=[
+                    ListError(path=_shown(e["path"]) or "", errno=str(e["errno"])) for e in meta["errors"]
+                ],
+            )
+
+    async def mkdir(
+        self, target: str, path: PathArg, *, parents: bool = False, mode: int = 0o777
+    ) -> MkdirResult:
+        """A directory (``parents``: with missing parents, and no conflict when it exists)."""
+        if not 0 <= mode <= 0o7777:
+            raise InvalidRequest(field="mode", reason="not a permission mode (0..0o7777)")
+        wire = _wire(path)
+        meta, _ = await self._call(target, proto.MKDIR, {"path": wire, "parents": parents, "mode": mode})
+        text, b64 = shown_path(proto.wire_bytes(wire))
+        with _malformed(target):
+            return MkdirResult(path=text, path_b64=b64, created=bool(meta["created"]))
+
+    async def move(
+        self, target: str, source: PathArg, destination: PathArg, *, overwrite: bool = False
+    ) -> MoveResult:
+        """Rename ``source`` to ``destination``; an existing destination is ``FileConflict`` unless
+        ``overwrite``. Across filesystems: copied next to the destination, renamed, then the source
+        removed."""
+        src, dst = _wire(source, "source"), _wire(destination, "destination")
+        meta, _ = await self._call(
+            target, proto.MOVE, {"source": src, "destination": dst, "overwrite": overwrite}
+        )
+        with _malformed(target):
+            return MoveResult(
+                source=shown_path(proto.wire_bytes(src))[0],
+                destination=shown_path(proto.wire_bytes(dst))[0],
+                cross_filesystem=bool(meta["cross_filesystem"]),
+            )
+
+    async def delete(
+        self, target: str, path: PathArg, *, recursive: bool = False, protected: Sequence[PathArg] = ()
+    ) -> DeleteResult:
+        """Remove a file or link (a directory only with ``recursive``). Refused (``ProtectedPath``, nothing
+        removed): ``/``, the login user's home, any ``protected`` path, or a directory holding one."""
+        wire = _wire(path)
+        guards = [_wire(p, "protected") for p in protected]
+        meta, _ = await self._call(
+            target, proto.DELETE, {"path": wire, "recursive": recursive, "protected": guards}
+        )
+        text, b64 = shown_path(proto.wire_bytes(wire))
+        with _malformed(target):
+            return DeleteResult(path=text, path_b64=b64, type=meta["type"])
+
+    async def patch(
+        self, target: str, path: PathArg, hunks: Sequence[Hunk], *, expected_sha256: str | None = None
+    ) -> PatchResult:
+        """Apply exact-text hunks in order: all are checked against the current content before one atomic
+        write (``FileConflict`` naming the first failing hunk leaves the file untouched). The write carries
+        the checked content's SHA-256 as its precondition, so a concurrent change is a conflict too."""
+        current = await self.read(target, path, max_bytes=MAX_PATCH_BYTES + 1)
+        if current.size > MAX_PATCH_BYTES:
+            raise FileRequestInvalid(
+                f"the file is {current.size} bytes; patches handle files up to {MAX_PATCH_BYTES}",
+                target=target,
+                path=current.path,
+            )
+        if expected_sha256 is not None and expected_sha256 != current.sha256:
+            raise FileConflict(
+                "the file changed",
+                target=target,
+                path=current.path,
+                reason="sha256_mismatch",
+                current_sha256=current.sha256,
+            )
+        content, results = apply_hunks(current.content, list(hunks), target=target, path=current.path)
+        wrote = await self.write(target, path, content, expected_sha256=current.sha256)
+        return PatchResult(
+            path=wrote.path,
+            path_b64=wrote.path_b64,
+            previous_sha256=current.sha256,
+            sha256=wrote.sha256,
+            size=wrote.size,
+            hunks=results,
+        )
+
+    async def find(
+        self,
+        target: str,
+        path: PathArg,
+        *,
+        name: str | None = None,
+        kind: FileKind | None = None,
+        min_size: int | None = None,
+        max_size: int | None = None,
+        mtime_min: float | None = None,
+        mtime_max: float | None = None,
+        depth: int = 64,
+        limit: int = 1000,
+        hidden: bool = True,
+    ) -> ListResult:
+        """Entries under a directory matching a name glob (``fnmatch``, on the base name), type, size and
+        mtime bounds, in ``list`` order, at most ``limit`` (``truncated``)."""
+        if not 1 <= depth <= 64 or not 1 <= limit <= 100_000:
+            raise InvalidRequest(field="depth/limit", reason="depth 1..64, limit 1..100000")
+        wire = _wire(path)
+        meta: dict[str, Any] = {"path": wire, "depth": depth, "limit": limit, "hidden": hidden, "type": kind}
+        bounds = {"min_size": min_size, "max_size": max_size, "mtime_min": mtime_min, "mtime_max": mtime_max}
+        meta.update({key: value for key, value in bounds.items() if value is not None})
+        if name is not None:
+            meta["name"] = _wire(name, "name")
+        answer, _ = await self._call(target, proto.FIND, meta)
+        text, b64 = shown_path(proto.wire_bytes(wire))
+        with _malformed(target):
+            return ListResult(
+                path=text,
+                path_b64=b64,
+                entries=[_info(entry, entry["path"]) for entry in answer["entries"]],
+                truncated=bool(answer["truncated"]),
+                errors=[
+                    ListError(path=_shown(e["path"]) or "", errno=str(e["errno"])) for e in answer["errors"]
+                ],
+            )
+
+    async def grep(
+        self,
+        target: str,
+        path: PathArg,
+        pattern: str,
+        *,
+        include: Sequence[str] = (),
+        exclude: Sequence[str] = (),
+        ignore_case: bool = False,
+        context: int = 0,
+        depth: int = 64,
+        max_matches: int = 200,
+        max_bytes: int = 65536,
+        hidden: bool = False,
+    ) -> GrepResult:
+        """Lines matching ``pattern`` (Python ``re``, on bytes) in the regular files under ``path`` (or in
+        that one file); ``include``/``exclude`` are globs on base names; binary files are skipped (reported
+        in ``skipped``); bounded by ``max_matches`` and ``max_bytes`` (``truncated``)."""
+        if not 0 <= context <= 20 or not 1 <= max_matches <= 10_000 or not 1 <= depth <= 64:
+            raise InvalidRequest(
+                field="context/max_matches/depth", reason="context 0..20, max_matches 1..10000"
+            )
+        wire = _wire(path)
+        meta = {
+            "path": wire,
+            "pattern": pattern,
+            "include": [_wire(g, "include") for g in include],
+            "exclude": [_wire(g, "exclude") for g in exclude],
+            "ignore_case": ignore_case,
+            "context": context,
+            "depth": depth,
+            "max_matches": max_matches,
+            "max_bytes": max_bytes,
+            "hidden": hidden,
+        }
+        answer, _ = await self._call(target, proto.GREP, meta)
+        with _malformed(target):
+            return GrepResult(
+                path=shown_path(proto.wire_bytes(wire))[0],
+                matches=[
+                    GrepMatch(
+                        path=_shown(m["path"]) or "",
+                        line=int(m["line"]),
+                        text=_shown(m["text"]) or "",
+                        before=[_shown(t) or "" for t in m["before"]],
+                        after=[_shown(t) or "" for t in m["after"]],
+                    )
+                    for m in answer["matches"]
+                ],
+                skipped=[
+                    GrepSkipped(path=_shown(k["path"]) or "", reason=str(k["reason"]))
+                    for k in answer["skipped"]
+                ],
+                files_searched=int(answer["files_searched"]),
+                truncated=bool(answer["truncated"]),
+                errors=[
+                    ListError(path=_shown(e["path"]) or "", errno=str(e["errno"])) for e in answer["errors"]
+                ],
+            )

@@ -1,0 +1,219 @@
+"""The remote file tools through MCP against the real OpenSSH sshd: schemas, encodings, error codes."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import pytest
+
+from gateway._dispatch import error_payload
+from tests.fixtures.sshd import SshdInstance
+from tests.gateway.conftest import ClientFactory
+
+pytestmark = pytest.mark.anyio
+Z = "0" * 64  # a SHA-256 no content has
+
+
+@pytest.fixture
+def shared_tmp() -> Iterator[Path]:
+    """A short directory the target's plain user can write to (the target is this machine)."""
+    path = Path(tempfile.mkdtemp(prefix="rogf-", dir="/tmp"))
+    path.chmod(0o777)
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def _config(sshd: SshdInstance, **extra: Any) -> dict[str, Any]:
+    return {
+        "transport": {"ssh_config_file": str(sshd.ssh_config), "control_dir": str(sshd.control_dir)},
+        "targets": [{"name": "plain", "host": sshd.alias("plain"), "protected_paths": ["/srv"]}],
+        "tools": {"toolsets": ["inspect", "execute", "teardown"]},
+        **extra,
+    }
+
+
+def _code(result: Any) -> str:
+    assert result.is_error is True, result
+    error = error_payload(result)
+    assert error is not None, result
+    return str(error["code"])
+
+
+async def test_write_read_stat_and_list_through_mcp_match_their_schemas_and_the_file(
+    gateway_client: ClientFactory, sshd: SshdInstance, shared_tmp: Path
+) -> None:
+    raw_name = b"odd \xff $x `y`"
+    path_b64 = base64.b64encode(os.fsencode(shared_tmp) + b"/" + raw_name).decode()
+    binary = bytes(range(256))
+    async with gateway_client(**_config(sshd)) as (client, _):
+        tools = {t.name: t for t in (await client.list_tools()).tools}
+        text = await client.call_tool(
+            "remote_write", {"target": "plain", "path": f"{shared_tmp}/a.txt", "content": "héllo\n"}
+        )
+        blob = await client.call_tool(
+            "remote_write",
+            {"target": "plain", "path_b64": path_b64, "content": base64.b64encode(binary).decode(),
+             "encoding": "base64", "mode": 0o600},
+        )  # fmt: skip
+        read = await client.call_tool("remote_read", {"target": "plain", "path": f"{shared_tmp}/a.txt"})
+        read_b = await client.call_tool(
+            "remote_read", {"target": "plain", "path_b64": path_b64, "encoding": "base64", "offset": 250}
+        )
+        stat = await client.call_tool(
+            "remote_stat", {"target": "plain", "path_b64": path_b64, "sha256": True}
+        )
+        listing = await client.call_tool("remote_list", {"target": "plain", "path": str(shared_tmp)})
+        results = {"remote_write": text, "remote_read": read, "remote_stat": stat, "remote_list": listing}
+        for name, result in results.items():
+            assert result.is_error is not True, result
+            jsonschema.validate(result.structured_content, tools[name].output_schema)
+    assert blob.is_error is not True
+    assert text.structured_content["sha256"] == hashlib.sha256("héllo\n".encode()).hexdigest()
+    assert read.structured_content["content"] == "héllo\n"
+    assert base64.b64decode(read_b.structured_content["content"]) == binary[250:]
+    assert (stat.structured_content["mode"], stat.structured_content["size"]) == ("0600", 256)
+    assert stat.structured_content["sha256"] == hashlib.sha256(binary).hexdigest()
+    entries = listing.structured_content["entries"]
+    assert [base64.b64decode(e["path_b64"]) if e["path_b64"] else e["path"].encode() for e in entries] == [
+        b"a.txt",
+        raw_name,
+    ]
+    assert (shared_tmp / os.fsdecode(raw_name)).read_bytes() == binary
+
+
+async def test_utf8_reads_refuse_invalid_bytes_unless_replaced_and_keep_whole_characters_at_the_cap(
+    gateway_client: ClientFactory, sshd: SshdInstance, shared_tmp: Path
+) -> None:
+    (shared_tmp / "bin").write_bytes(b"ok\xff\xfe")
+    (shared_tmp / "snow").write_bytes("☃".encode() * 3000)  # 9000 bytes; the cap (4096) cuts a character
+    async with gateway_client(**_config(sshd, transport={
+        "ssh_config_file": str(sshd.ssh_config), "control_dir": str(sshd.control_dir),
+        "output_cap_bytes": 4096})) as (client, _):  # fmt: skip
+        strict = await client.call_tool("remote_read", {"target": "plain", "path": f"{shared_tmp}/bin"})
+        replaced = await client.call_tool(
+            "remote_read", {"target": "plain", "path": f"{shared_tmp}/bin", "errors": "replace"}
+        )
+        capped = await client.call_tool("remote_read", {"target": "plain", "path": f"{shared_tmp}/snow"})
+    assert _code(strict) == "validation_error"
+    assert replaced.structured_content["content"] == "ok\ufffd\ufffd"
+    out = capped.structured_content
+    assert (out["content"], out["length"], out["truncated"]) == ("☃" * 1365, 4095, True)
+    assert out["remaining"] == 9000 - 4095
+
+
+async def test_file_failures_map_to_not_found_conflict_privilege_policy_and_validation_codes(
+    gateway_client: ClientFactory, sshd: SshdInstance, shared_tmp: Path
+) -> None:
+    (shared_tmp / "f").write_bytes(b"one")
+    (shared_tmp / "f").chmod(0o666)  # created by root: the plain user may write it
+    secret = shared_tmp / "root-only"
+    secret.write_bytes(b"x")
+    os.chown(secret, 0, 0)
+    secret.chmod(0o600)
+    home = f"/home/{sshd.users['plain']}"
+    in_home = sorted(os.listdir(home))
+    async with gateway_client(**_config(sshd)) as (client, _):
+        calls = {
+            "not_found": ("remote_stat", {"path": f"{shared_tmp}/missing"}),
+            "conflict": ("remote_write", {"path": f"{shared_tmp}/f", "content": "2", "expected_sha256": Z}),
+            "privilege_error": ("remote_read", {"path": str(secret)}),
+            "policy_denied": ("remote_delete", {"path": home, "recursive": True}),
+            "validation_error": ("remote_delete", {"path": str(shared_tmp)}),
+        }  # fmt: skip
+        codes = {}
+        for expected, (tool, args) in calls.items():
+            codes[expected] = _code(await client.call_tool(tool, {"target": "plain", **args}))
+        protected = _code(await client.call_tool("remote_delete", {"target": "plain", "path": "/srv/x"}))
+        too_big = await client.call_tool(
+            "remote_write", {"target": "plain", "path": f"{shared_tmp}/g", "content": "x" * (65 * 1024)}
+        )
+    assert codes == {code: code for code in calls}
+    assert protected == "policy_denied"
+    assert _code(too_big) == "validation_error"
+    error = error_payload(too_big)
+    assert error is not None
+    assert error["details"]["argument"] == "content"
+    assert (shared_tmp / "f").read_bytes() == b"one"
+    assert not (shared_tmp / "g").exists()
+    assert sorted(os.listdir(home)) == in_home
+
+
+async def test_delete_is_in_the_teardown_toolset_and_absent_without_it(
+    gateway_client: ClientFactory, sshd: SshdInstance
+) -> None:
+    async with gateway_client(**_config(sshd, tools={"toolsets": ["inspect", "execute"]})) as (client, _):
+        names = {t.name for t in (await client.list_tools()).tools}
+    assert {
+        "remote_stat",
+        "remote_read",
+        "remote_list",
+        "remote_write",
+        "remote_mkdir",
+        "remote_move",
+    } <= names
+    assert "remote_delete" not in names
+
+
+async def test_remote_patch_names_the_failing_hunk_and_otherwise_returns_the_new_sha256(
+    gateway_client: ClientFactory, sshd: SshdInstance, shared_tmp: Path
+) -> None:
+    path = shared_tmp / "p.conf"
+    path.write_bytes(b"a = 1\nb = 2\nc = 3\n")
+    path.chmod(0o666)
+    hunks = [{"old": "a = 1", "new": "a = 10"}, {"old": "b = 2", "new": "b = 20"}, {"old": "zzz", "new": "y"}]
+    async with gateway_client(**_config(sshd)) as (client, _):
+        tools = {t.name: t for t in (await client.list_tools()).tools}
+        failed = await client.call_tool(
+            "remote_patch", {"target": "plain", "path": str(path), "hunks": hunks}
+        )
+        unchanged = path.read_bytes()
+        done = await client.call_tool(
+            "remote_patch", {"target": "plain", "path": str(path), "hunks": hunks[:2]}
+        )
+    assert _code(failed) == "conflict"
+    error = error_payload(failed)
+    assert error is not None
+    assert (error["details"]["reason"], error["details"]["hunk"]) == ("hunk_mismatch", 3)
+    assert unchanged == b"a = 1\nb = 2\nc = 3\n"
+    assert done.is_error is not True
+    jsonschema.validate(done.structured_content, tools["remote_patch"].output_schema)
+    assert done.structured_content["sha256"] == hashlib.sha256(b"a = 10\nb = 20\nc = 3\n").hexdigest()
+    assert path.read_bytes() == b"a = 10\nb = 20\nc = 3\n"
+
+
+async def test_remote_find_and_remote_grep_through_mcp_match_their_schemas(
+    gateway_client: ClientFactory, sshd: SshdInstance, shared_tmp: Path
+) -> None:
+    (shared_tmp / "x.conf").write_bytes(b"listen 80\nlisten 443\n")
+    (shared_tmp / "y.bin").write_bytes(b"listen\0\n")
+    async with gateway_client(**_config(sshd)) as (client, _):
+        tools = {t.name: t for t in (await client.list_tools()).tools}
+        find = await client.call_tool(
+            "remote_find", {"target": "plain", "path": str(shared_tmp), "name": "*.conf"}
+        )
+        grep = await client.call_tool(
+            "remote_grep", {"target": "plain", "path": str(shared_tmp), "pattern": r"listen \d+"}
+        )
+        bad = await client.call_tool(
+            "remote_grep", {"target": "plain", "path": str(shared_tmp), "pattern": "("}
+        )
+    for name, result in (("remote_find", find), ("remote_grep", grep)):
+        assert result.is_error is not True, result
+        jsonschema.validate(result.structured_content, tools[name].output_schema)
+    assert [e["path"] for e in find.structured_content["entries"]] == ["x.conf"]
+    assert [(m["line"], m["text"]) for m in grep.structured_content["matches"]] == [
+        (1, "listen 80"),
+        (2, "listen 443"),
+    ]
+    assert grep.structured_content["skipped"] == [{"path": "y.bin", "reason": "binary"}]
+    assert _code(bad) == "validation_error"
