@@ -6,7 +6,6 @@ import contextlib
 import os
 import socket
 import struct
-import subprocess
 import time
 from pathlib import Path
 
@@ -15,7 +14,7 @@ import anyio.abc
 
 from ._capture import HeadTail
 from ._errors import AuthError, ConnectError, HostKeyError, TransportError
-from ._process import reap, run_process
+from ._process import run_process, supervised_child, terminate_group
 from ._render import new_nonce
 from ._settings import TargetSpec, TransportSettings
 from ._sshargs import SshArgs, classify_ssh_failure, tail_lines
@@ -145,28 +144,33 @@ class Master:
         """Start the master; return once its control socket listens. Raises from the exception tree."""
         token = f"rog-ready-{new_nonce()}"
         argv = self._args.master(self.target, self.control_path, token)
-        proc = await anyio.open_process(
-            argv,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            start_new_session=True,
-        )
-        self.proc, self.pid = proc, proc.pid
+        await task_group.start(self._run, argv, token)
+        self.last_used = self.last_checked = time.monotonic()
+
+    async def _run(
+        self,
+        argv: list[str],
+        token: str,
+        *,
+        task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
+    ) -> None:
+        """The master's whole life as a supervised child: wait for readiness, then drain and reap it."""
         ready = False
         try:
-            with anyio.move_on_after(self._settings.connect_timeout_s + 5):
-                ready = await self._read_token(proc, token)
-        except BaseException:
-            await reap(proc)
-            raise
-        if not ready:
-            with anyio.move_on_after(2):
-                await self._drain(proc.stderr)
-            await reap(proc)
-            raise self._startup_error(proc.returncode)
-        task_group.start_soon(self._supervise, proc)
-        self.last_used = self.last_checked = time.monotonic()
+            async with supervised_child(argv) as proc:
+                self.proc, self.pid = proc, proc.pid
+                with anyio.move_on_after(self._settings.connect_timeout_s + 5):
+                    ready = await self._read_token(proc, token)
+                if ready:
+                    task_status.started()
+                    await self._supervise(proc)
+                else:
+                    with anyio.move_on_after(2):
+                        await self._drain(proc.stderr)
+            if not ready:
+                raise self._startup_error(proc.returncode)
+        finally:
+            self._exited.set()
 
     def _startup_error(self, returncode: int | None) -> TransportError:
         stderr = self.stderr.tail.decode(errors="replace")
@@ -199,16 +203,12 @@ class Master:
                 self.stderr.feed(await stream.receive(4096))
 
     async def _supervise(self, proc: anyio.abc.Process) -> None:
-        """Drain the master's output for its whole life and reap it when it exits."""
-        try:
-            async with anyio.create_task_group() as tg:
-                tg.start_soon(self._drain, proc.stderr)
-                tg.start_soon(self._drain, proc.stdout)
-                await proc.wait()
-                tg.cancel_scope.cancel()
-        finally:
-            await reap(proc)
-            self._exited.set()
+        """Drain the master's output for its whole life (the supervised child context reaps it)."""
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(self._drain, proc.stderr)
+            tg.start_soon(self._drain, proc.stdout)
+            await proc.wait()
+            tg.cancel_scope.cancel()
 
     async def close(self) -> None:
         """``ssh -O exit``, then make sure our child is gone and the socket removed. Shielded and bounded."""
@@ -224,7 +224,7 @@ class Master:
             if self.proc is not None:
                 with anyio.move_on_after(_CONTROL_S):
                     await self._exited.wait()
-                await reap(self.proc)
+                await terminate_group(self.proc)
             if not self.socket_accepts():
                 with contextlib.suppress(FileNotFoundError):
                     self.control_path.unlink()

@@ -1,24 +1,49 @@
-"""Supervised local processes: feed stdin, capture bounded output, and always reap (on cancellation too)."""
+"""Supervised local processes: every child runs in its own session and its whole process group is reaped.
+
+:func:`supervised_child` is the one way remoteops starts a long- or short-lived child (masters, agent
+channels, one-shot ssh clients; forwards and transfers next)::
+
+    async with supervised_child(argv, stdin=PIPE) as proc:
+        ...  # talk to it
+    # here the leader and every member of its process group are gone (or were sent SIGKILL) and reaped
+
+On leaving the context — normally, by an exception or by cancellation — the group gets SIGTERM, a bounded
+wait follows (for the leader, then for the rest of the group), whatever remains gets SIGKILL, and the
+leader is reaped; all of it shielded and bounded. The model is the MCP SDK's POSIX process-tree termination
+(``mcp/os/posix/utilities.py``): the leader's pid is the group id (``start_new_session``), ``killpg``
+reaches members whose parent already exited, and only ESRCH proves a group gone. One difference: members
+orphaned to a PID 1 that never reaps stay zombies and keep a group "alive" for ``killpg(pgid, 0)``; on
+Linux a group whose remaining members are all zombies counts as gone (they cannot run any more).
+Daemonizers that left the group (``setsid``) escape by design; remote descendants are the agent's job.
+
+:func:`run_process` runs argv to completion on top of it, feeding stdin and capturing bounded output.
+"""
 
 from __future__ import annotations
 
 import contextlib
+import os
+import signal
 import subprocess
 import time
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 import anyio
 import anyio.abc
 
 from ._capture import HeadTail
 
-__all__ = ["ProcessOutcome", "reap", "run_process"]
+__all__ = ["ProcessOutcome", "group_alive", "run_process", "supervised_child", "terminate_group"]
 
 _TERM_GRACE_S = 2.0
 _KILL_WAIT_S = 5.0
+_GROUP_POLL_S = 0.01  # between SIGTERM and SIGKILL there is no event for "the group is empty": probe it
 _DRAIN_AFTER_EXIT_S = 2.0  # a grandchild may hold our pipes open after the process itself exited
 _CHUNK = 65536
+_PIPE = subprocess.PIPE
+_DEVNULL = subprocess.DEVNULL
 
 
 @dataclass
@@ -29,23 +54,93 @@ class ProcessOutcome:
     duration_s: float
 
 
-async def reap(proc: anyio.abc.Process) -> None:
-    """terminate -> bounded wait -> kill -> reap. Shielded: safe to call from cancelled code."""
+def _only_zombies_left(pgid: int) -> bool:
+    """Linux: True when no member of the group is in a runnable state (all zombies, or none found)."""
+    proc = Path("/proc")
+    if not proc.is_dir():
+        return False
+    for entry in proc.iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        fields = stat[stat.rfind(")") + 2 :].split()
+        if len(fields) > 2 and fields[2] == str(pgid) and fields[0] not in ("Z", "X"):
+            return False
+    return True
+
+
+def group_alive(pgid: int) -> bool:
+    """Whether any member of process group ``pgid`` can still run (signal 0; zombies do not count)."""
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # EPERM never proves the group gone
+    return not _only_zombies_left(pgid)
+
+
+def _signal_group(pgid: int, sig: signal.Signals) -> bool:
+    """Send ``sig`` to the group; False when the group is gone."""
+    try:
+        os.killpg(pgid, sig)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+async def terminate_group(proc: anyio.abc.Process, *, grace_s: float = _TERM_GRACE_S) -> None:
+    """SIGTERM the process group of ``proc`` → bounded wait → SIGKILL what remains → reap the leader.
+
+    Shielded and bounded: safe to call from cancelled code and more than once."""
+    pgid = proc.pid  # the leader's pid is the pgid (start_new_session); never getpgid() after reaping
     with anyio.CancelScope(shield=True):
+        if _signal_group(pgid, signal.SIGTERM):
+            with anyio.move_on_after(grace_s):
+                await proc.wait()  # event-driven for the leader
+                for _probe in range(int(grace_s / _GROUP_POLL_S) + 1):
+                    if not group_alive(pgid):
+                        break
+                    await anyio.sleep(_GROUP_POLL_S)
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(pgid, signal.SIGKILL)
         if proc.returncode is None:
             with contextlib.suppress(ProcessLookupError):
-                proc.terminate()
-            with anyio.move_on_after(_TERM_GRACE_S):
-                await proc.wait()
-        if proc.returncode is None:
-            with contextlib.suppress(ProcessLookupError):
-                proc.kill()
+                proc.kill()  # not in its group any more (cannot happen with setsid) or group gone: the pid
             with anyio.move_on_after(_KILL_WAIT_S):
                 await proc.wait()
         for stream in (proc.stdin, proc.stdout, proc.stderr):
             if stream is not None:
                 with anyio.move_on_after(1):
                     await stream.aclose()
+
+
+@contextlib.asynccontextmanager
+async def supervised_child(
+    argv: Sequence[str],
+    *,
+    stdin: int = _DEVNULL,
+    stdout: int = _PIPE,
+    stderr: int = _PIPE,
+    grace_s: float = _TERM_GRACE_S,
+) -> AsyncIterator[anyio.abc.Process]:
+    """Start ``argv`` in its own session; on exit (any way) terminate and reap its whole process group."""
+    proc = await anyio.open_process(
+        list(argv),
+        stdin=stdin,
+        stdout=stdout,
+        stderr=stderr,
+        start_new_session=True,  # our signals only: a terminal Ctrl-C must not reach it behind our back
+    )
+    try:
+        yield proc
+    finally:
+        await terminate_group(proc, grace_s=grace_s)
 
 
 async def _drain(stream: anyio.abc.ByteReceiveStream | None, sink: HeadTail) -> None:
@@ -73,34 +168,23 @@ async def _feed(stream: anyio.abc.ByteSendStream | None, data: bytes) -> None:
 async def run_process(
     argv: Sequence[str], *, stdin: bytes | None, stdout: HeadTail, stderr: HeadTail
 ) -> ProcessOutcome:
-    """Run argv to completion. Cancellation (e.g. the caller's deadline) terminates and reaps the process."""
+    """Run argv to completion. Cancellation (e.g. the caller's deadline) terminates and reaps the group."""
     started = time.monotonic()
-    proc = await anyio.open_process(
-        list(argv),
-        stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        start_new_session=True,  # our signals only: a terminal Ctrl-C must not reach ssh behind our back
-    )
-    try:
-        async with anyio.create_task_group() as tg:
-            drained = anyio.Event()
+    stdin_mode = _PIPE if stdin is not None else _DEVNULL
+    async with supervised_child(argv, stdin=stdin_mode) as proc, anyio.create_task_group() as tg:
+        drained = anyio.Event()
 
-            async def drain_both() -> None:
-                async with anyio.create_task_group() as inner:
-                    inner.start_soon(_drain, proc.stdout, stdout)
-                    inner.start_soon(_drain, proc.stderr, stderr)
-                drained.set()
+        async def drain_both() -> None:
+            async with anyio.create_task_group() as inner:
+                inner.start_soon(_drain, proc.stdout, stdout)
+                inner.start_soon(_drain, proc.stderr, stderr)
+            drained.set()
 
-            tg.start_soon(drain_both)
-            if stdin is not None:
-                tg.start_soon(_feed, proc.stdin, stdin)
-            returncode = await proc.wait()
-            with anyio.move_on_after(_DRAIN_AFTER_EXIT_S):
-                await drained.wait()
-            tg.cancel_scope.cancel()
-    except BaseException:
-        await reap(proc)
-        raise
-    await reap(proc)
+        tg.start_soon(drain_both)
+        if stdin is not None:
+            tg.start_soon(_feed, proc.stdin, stdin)
+        returncode = await proc.wait()
+        with anyio.move_on_after(_DRAIN_AFTER_EXIT_S):
+            await drained.wait()
+        tg.cancel_scope.cancel()
     return ProcessOutcome(returncode, stdout, stderr, time.monotonic() - started)

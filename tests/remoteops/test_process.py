@@ -1,0 +1,85 @@
+"""The supervised child: leaving its context (normally or by cancellation) reaps the whole process group."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+import anyio
+import pytest
+
+from remoteops._process import group_alive, supervised_child
+
+pytestmark = pytest.mark.anyio
+
+# The child starts a grandchild in its own process group, prints both pids and waits.
+_FAMILY = 'sleep 300 & echo "$$ $!"; wait'
+_STUBBORN = "trap '' TERM; sleep 300 & echo \"$$ $!\"; while :; do wait; done"
+
+
+def _runs(pid: int) -> bool:
+    """True while ``pid`` exists and is not a zombie (PID 1 here may never reap orphans)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        return False
+    return stat[stat.rfind(")") + 2] not in ("Z", "X")
+
+
+async def _pids(proc: anyio.abc.Process) -> tuple[int, int]:
+    assert proc.stdout is not None
+    line = b""
+    with anyio.fail_after(10):
+        while not line.endswith(b"\n"):
+            line += await proc.stdout.receive(64)
+    child, grandchild = (int(word) for word in line.split())
+    return child, grandchild
+
+
+async def test_leaving_the_context_kills_the_child_and_its_grandchild_in_the_group() -> None:
+    async with supervised_child(["sh", "-c", _FAMILY]) as proc:
+        child, grandchild = await _pids(proc)
+        assert os.getpgid(grandchild) == proc.pid
+        assert _runs(child)
+        assert _runs(grandchild)
+    assert proc.returncode is not None
+    assert not _runs(child)
+    assert not _runs(grandchild)
+    assert not group_alive(proc.pid)
+
+
+async def test_cancelling_inside_the_context_reaps_the_whole_group() -> None:
+    pids: list[int] = []
+    with anyio.move_on_after(5) as scope:
+        async with supervised_child(["sh", "-c", _FAMILY]) as proc:
+            pids.extend(await _pids(proc))
+            scope.cancel()
+            await anyio.sleep_forever()
+    assert scope.cancelled_caught
+    assert len(pids) == 2
+    assert proc.returncode is not None
+    assert not any(_runs(pid) for pid in pids)
+
+
+async def test_a_group_that_ignores_sigterm_gets_sigkill_after_the_grace() -> None:
+    with anyio.fail_after(10):
+        async with supervised_child(["sh", "-c", _STUBBORN], grace_s=0.3) as proc:
+            child, grandchild = await _pids(proc)
+    assert proc.returncode == -9
+    assert not _runs(child)
+    assert not _runs(grandchild)
+
+
+async def test_an_exception_inside_the_context_still_reaps_and_propagates() -> None:
+    pids: list[int] = []
+
+    async def fail_inside() -> None:
+        async with supervised_child(["sh", "-c", _FAMILY], stdin=subprocess.DEVNULL) as proc:
+            pids.extend(await _pids(proc))
+            raise LookupError
+
+    with pytest.raises(LookupError):
+        await fail_inside()
+    assert len(pids) == 2
+    assert not any(_runs(pid) for pid in pids)
