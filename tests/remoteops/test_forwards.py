@@ -32,10 +32,12 @@ async def _serve_http(listener: anyio.abc.SocketListener, body: bytes) -> None:
     async def handle(stream: anyio.abc.SocketStream) -> None:
         async with stream:
             request = b""
-            while b"\r\n\r\n" not in request:
-                chunk = await stream.receive()
-                request += chunk
-            await stream.send(b"HTTP/1.0 200 OK\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body))
+            try:
+                while b"\r\n\r\n" not in request:
+                    request += await stream.receive()
+                await stream.send(b"HTTP/1.0 200 OK\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body))
+            except (anyio.EndOfStream, anyio.BrokenResourceError):
+                return  # a health check's bare connect: opened and closed without a request
 
     await listener.serve(handle)
 
