@@ -20,6 +20,9 @@ from remoteops import (
     AuthError,
     CommandTimeout,
     ConnectError,
+    ForwardConflict,
+    ForwardNotFound,
+    ForwardStartFailed,
     HostKeyError,
     InvalidRequest,
     PolicyDenied,
@@ -80,6 +83,9 @@ def _upstream(exc: UpstreamError) -> ToolFailure:
 REMOTE_CODES: tuple[tuple[type[RemoteOpsError], ErrorCode], ...] = (
     (InvalidRequest, ErrorCode.VALIDATION_ERROR),
     (PolicyDenied, ErrorCode.POLICY_DENIED),
+    (ForwardNotFound, ErrorCode.NOT_FOUND),
+    (ForwardConflict, ErrorCode.CONFLICT),
+    (ForwardStartFailed, ErrorCode.CONNECT_ERROR),
     (UnknownTarget, ErrorCode.UNKNOWN_TARGET),
     (HostKeyError, ErrorCode.HOST_KEY_ERROR),
     (AuthError, ErrorCode.AUTH_ERROR),
@@ -103,7 +109,10 @@ def _remote(exc: RemoteOpsError) -> ToolFailure:
         return ToolFailure(
             ErrorCode.INTERNAL_ERROR, exc.detail or type(exc).__name__, retryable=False, details=details
         )
-    fields = ("field", "reason", "stage", "command_started", "exit_code", "time_limit_s", "remote_killed")
+    fields = (
+        "field", "reason", "stage", "command_started", "exit_code", "time_limit_s", "remote_killed",
+        "forward_id",
+    )  # fmt: skip
     for field in fields:
         if hasattr(exc, field):
             details[field] = getattr(exc, field)

@@ -23,7 +23,8 @@ from gateway._redact import Redactor
 from gateway._relay import Relay
 from gateway._version import __version__
 from gateway.config import Settings
-from remoteops import RemoteOps
+from remoteops import ForwardManager, RemoteOps, StateForwardStore
+from remoteops._state import StateStore
 
 __all__ = ["Identity", "Runtime"]
 
@@ -66,6 +67,14 @@ class Runtime:
             redactor=self.redactor,
         )
         self.remote = RemoteOps(settings.transport, settings.targets)
+        self.state = StateStore(settings.state_dir)
+        self.forwards = ForwardManager(
+            self.remote,
+            settings.transport,
+            settings.forwards,
+            StateForwardStore(self.state),
+            settings.state_dir / "forward-logs",
+        )
         self.relay = Relay(
             settings.upstreams,
             own_names=frozenset(self.catalog.enabled),
@@ -77,6 +86,7 @@ class Runtime:
     async def __aenter__(self) -> Self:
         async with AsyncExitStack() as stack:
             await stack.enter_async_context(self.remote)
+            await stack.enter_async_context(self.forwards)
             await stack.enter_async_context(self.relay)
             self._stack = stack.pop_all()
         return self

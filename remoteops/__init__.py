@@ -26,6 +26,19 @@ from ._errors import (
     UnresolvedHost,
 )
 from ._exec import Carrier, ExecRequest
+from ._forward_errors import ForwardConflict, ForwardError, ForwardNotFound, ForwardStartFailed
+from ._forward_models import (
+    ForwardCheck,
+    ForwardClosed,
+    ForwardCreated,
+    ForwardHealth,
+    ForwardKind,
+    ForwardSettings,
+    ForwardSpec,
+    ForwardView,
+)
+from ._forward_store import StateForwardStore
+from ._forwards import ForwardManager
 from ._models import (
     Capabilities,
     DiagnoseReport,
@@ -53,6 +66,19 @@ __all__ = [
     "DiskUsage",
     "ExecRequest",
     "ExecResult",
+    "ForwardCheck",
+    "ForwardClosed",
+    "ForwardConflict",
+    "ForwardCreated",
+    "ForwardError",
+    "ForwardHealth",
+    "ForwardKind",
+    "ForwardManager",
+    "ForwardNotFound",
+    "ForwardSettings",
+    "ForwardSpec",
+    "ForwardStartFailed",
+    "ForwardView",
     "HostKeyError",
     "HostKeyPolicy",
     "InvalidRequest",
@@ -65,6 +91,7 @@ __all__ = [
     "RemoteShellError",
     "RenderedCommand",
     "SectionError",
+    "StateForwardStore",
     "TargetIdentity",
     "TargetInfo",
     "TargetSpec",

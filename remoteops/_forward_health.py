@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 import anyio
 
 from ._errors import RemoteOpsError
-from ._forward_models import ForwardCheck, ForwardHealth, ForwardRecord
+from ._forward_models import CheckName, ForwardCheck, ForwardHealth, ForwardRecord
 from ._forward_proc import identity_alive
 
 if TYPE_CHECKING:
@@ -39,7 +39,7 @@ def connect_address(bind_address: str) -> str:
 
 
 async def _timed(
-    name: str, limit_s: float, check: Callable[[], Awaitable[tuple[bool | None, str]]]
+    name: CheckName, limit_s: float, check: Callable[[], Awaitable[tuple[bool | None, str]]]
 ) -> ForwardCheck:
     started = time.monotonic()
     try:
@@ -52,7 +52,7 @@ async def _timed(
     except RemoteOpsError as exc:
         ok, detail = None, f"{type(exc).__name__}: {exc.detail[-300:]}"
     elapsed = round((time.monotonic() - started) * 1000, 1)
-    return ForwardCheck(name=name, ok=ok, detail=detail, duration_ms=elapsed)  # type: ignore[arg-type]
+    return ForwardCheck(name=name, ok=ok, detail=detail, duration_ms=elapsed)
 
 
 async def _connect(host: str, port: int) -> tuple[bool | None, str]:
@@ -87,9 +87,10 @@ async def _remote_listener(ops: RemoteOps, target: str, port: int) -> tuple[bool
 async def check_forward(ops: RemoteOps, record: ForwardRecord, *, limit_s: float) -> ForwardHealth:
     checks: list[ForwardCheck] = []
     alive = identity_alive(record.process)
-    detail = {True: "running with the recorded identity", False: "not running"}.get(
-        alive, "the PID belongs to another process now"
-    )
+    if alive is None:
+        detail = "the PID belongs to another process now"
+    else:
+        detail = "running with the recorded identity" if alive else "not running"
     checks.append(ForwardCheck(name="process", ok=alive is True, detail=detail))
     spec = record.spec
     host = connect_address(spec.bind_address)

@@ -15,6 +15,7 @@ from typing import Annotated, Literal, Self
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 __all__ = [
+    "CheckName",
     "ForwardCheck",
     "ForwardClosed",
     "ForwardCreated",
@@ -30,6 +31,7 @@ __all__ = [
 ]
 
 ForwardKind = Literal["local", "remote", "dynamic"]
+CheckName = Literal["process", "local_listener", "socks_handshake", "remote_listener"]
 ForwardState = Literal["active", "lost"]
 Port = Annotated[int, Field(ge=1, le=65535)]
 
@@ -98,7 +100,7 @@ class ProcessIdentity(BaseModel):
 class ForwardCheck(BaseModel):
     model_config = _FROZEN
 
-    name: Literal["process", "local_listener", "socks_handshake", "remote_listener"]
+    name: CheckName
     ok: bool | None = Field(description="None: the check could not be made (detail says why).")
     detail: str = ""
     duration_ms: float = 0.0

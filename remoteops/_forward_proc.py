@@ -69,8 +69,12 @@ class ForwardArgs(SshArgs):
         if spec.kind == "dynamic":
             option = ["-D", listen]
         else:
-            assert spec.dest_host is not None and spec.dest_port is not None  # the model guarantees it
-            option = ["-L" if spec.kind == "local" else "-R", f"{listen}:{_hostport(spec.dest_host, spec.dest_port)}"]
+            if spec.dest_host is None or spec.dest_port is None:
+                raise ValueError(f"a {spec.kind} forward needs dest_host and dest_port")
+            option = [
+                "-L" if spec.kind == "local" else "-R",
+                f"{listen}:{_hostport(spec.dest_host, spec.dest_port)}",
+            ]
         return [
             *self._base(), *keep, *self._target(target),
             "-f", "-N", "-n", "-T",
@@ -167,35 +171,42 @@ def _pidfd(identity: ProcessIdentity) -> int | None:
 
 
 async def _exited(fd: int, limit_s: float) -> bool:
+    exited = False
     with anyio.move_on_after(limit_s):
         await anyio.wait_readable(fd)  # a pidfd turns readable when its process exits
-        return True
-    return False
+        exited = True
+    return exited
 
 
 async def stop_process(identity: ProcessIdentity, *, grace_s: float) -> StopOutcome:
     """SIGTERM → bounded wait → (identity re-checked) SIGKILL; never signals a recycled PID. Shielded."""
+    outcome: StopOutcome = "survived"
     with anyio.CancelScope(shield=True):
-        alive = identity_alive(identity)
-        if alive is None:
-            return "identity_mismatch"
-        if alive is False:
-            return "not_running"
-        fd = _pidfd(identity)
-        if fd is None:
-            return "identity_mismatch" if identity_alive(identity) is None else "not_running"
+        outcome = await _stop(identity, grace_s)
+    return outcome
+
+
+async def _stop(identity: ProcessIdentity, grace_s: float) -> StopOutcome:
+    alive = identity_alive(identity)
+    if alive is None:
+        return "identity_mismatch"
+    if alive is False:
+        return "not_running"
+    fd = _pidfd(identity)
+    if fd is None:
+        return "identity_mismatch" if identity_alive(identity) is None else "not_running"
+    try:
         try:
-            try:
-                signal.pidfd_send_signal(fd, signal.SIGTERM)
-            except ProcessLookupError:
-                return "not_running"
-            if await _exited(fd, grace_s):
-                return "terminated"
-            again = identity_alive(identity)  # checked again before the harder signal
-            if again is not True:
-                return "terminated" if again is False else "identity_mismatch"
-            with contextlib.suppress(ProcessLookupError):
-                signal.pidfd_send_signal(fd, signal.SIGKILL)
-            return "killed" if await _exited(fd, _KILL_WAIT_S) else "survived"
-        finally:
-            os.close(fd)
+            signal.pidfd_send_signal(fd, signal.SIGTERM)
+        except ProcessLookupError:
+            return "not_running"
+        if await _exited(fd, grace_s):
+            return "terminated"
+        again = identity_alive(identity)  # checked again before the harder signal
+        if again is not True:
+            return "terminated" if again is False else "identity_mismatch"
+        with contextlib.suppress(ProcessLookupError):
+            signal.pidfd_send_signal(fd, signal.SIGKILL)
+        return "killed" if await _exited(fd, _KILL_WAIT_S) else "survived"
+    finally:
+        os.close(fd)

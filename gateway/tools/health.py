@@ -40,6 +40,9 @@ class HealthOut(Output):
     upstreams: list[dict[str, Any]] = Field(
         description="Per upstream: state, identity, counters, dropped/renamed."
     )
+    forwards: dict[str, Any] = Field(
+        description="Managed SSH forwards: active, lost, adopted after a restart, counters."
+    )
 
 
 async def gateway_health(ctx: ToolContext, _: HealthIn) -> HealthOut:
@@ -56,6 +59,7 @@ async def gateway_health(ctx: ToolContext, _: HealthIn) -> HealthOut:
         audit=AuditHealth.model_validate(rt.audit.status()),
         transport=rt.remote.stats().model_dump(mode="json"),
         upstreams=rt.redactor.any(rt.relay.health()),  # last errors may quote credentials
+        forwards=rt.forwards.stats(),
     )
 
 
@@ -73,7 +77,7 @@ SPECS: list[ToolSpec[Any, Any]] = [
         name="gateway_health",
         title="Gateway health",
         description="Version, uptime, enabled toolsets, tool counts (own, relayed, filtered out), audit-log "
-        "status, SSH transport counters and upstream state.",
+        "status, SSH transport counters, upstream state and managed forwards.",
         input_model=HealthIn,
         output_model=HealthOut,
         toolset=Toolset.INSPECT,

@@ -74,7 +74,9 @@ ManagerFactory = Callable[[], ForwardManager]
 
 
 @pytest.fixture
-async def manager_factory(ops: RemoteOps, settings: object, state_root: Path) -> AsyncIterator[ManagerFactory]:
+async def manager_factory(
+    ops: RemoteOps, settings: object, state_root: Path
+) -> AsyncIterator[ManagerFactory]:
     """A fresh ForwardManager over the same state directory (a 'gateway restart'); every forward process
     still recorded at the end is stopped by its identity."""
     from remoteops import TransportSettings
@@ -86,7 +88,7 @@ async def manager_factory(ops: RemoteOps, settings: object, state_root: Path) ->
         return ForwardManager(ops, settings, ForwardSettings(), store, state_root / "forward-logs")
 
     yield factory
-    if state_root.exists():
+    if await anyio.Path(state_root).exists():
         store = StateStore(state_root)
         await store.open()
         for record in (await store.load_all(FORWARDS)).values():
@@ -96,11 +98,11 @@ async def manager_factory(ops: RemoteOps, settings: object, state_root: Path) ->
 @pytest.fixture
 async def http_server() -> AsyncIterator[tuple[int, bytes]]:
     body = f"hello-{secrets.token_hex(4)}".encode()
-    async with await anyio.create_tcp_listener(local_host="127.0.0.1", local_port=0) as listener:
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(_serve_http, listener, body)
-            yield int(listener.extra(anyio.abc.SocketAttribute.local_port)), body
-            tg.cancel_scope.cancel()
+    listener = await anyio.create_tcp_listener(local_host="127.0.0.1", local_port=0)
+    async with listener, anyio.create_task_group() as tg:
+        tg.start_soon(_serve_http, listener, body)
+        yield int(listener.extra(anyio.abc.SocketAttribute.local_port)), body  # noqa: S610 - anyio, not Django
+        tg.cancel_scope.cancel()
 
 
 async def test_a_local_forward_serves_http_requests_from_the_targets_loopback(
@@ -117,13 +119,15 @@ async def test_a_local_forward_serves_http_requests_from_the_targets_loopback(
             for _ in range(3):
                 async with await anyio.connect_tcp("127.0.0.1", fwd.bind_port) as stream:
                     reply = await _http_get(stream)
-                assert reply.startswith(b"HTTP/1.0 200") and reply.endswith(body)
+                assert reply.startswith(b"HTTP/1.0 200")
+                assert reply.endswith(body)
             status = await forwards.status(fwd.id)
-            assert status.last_health is not None and status.last_health.healthy
+            assert status.last_health is not None
+            assert status.last_health.healthy
             assert [c.name for c in status.last_health.checks] == ["process", "local_listener"]
             closed = await forwards.close(fwd.id)
             assert (closed.outcome, closed.signalled, closed.record_removed) == ("terminated", True, True)
-            with pytest.raises(OSError):
+            with pytest.raises(ConnectionRefusedError):
                 await anyio.connect_tcp("127.0.0.1", fwd.bind_port)
             with pytest.raises(ForwardNotFound):
                 await forwards.close(fwd.id)
@@ -159,7 +163,9 @@ async def test_a_remote_forward_exposes_a_gateway_side_server_to_the_target(
             checks = {c.name: c.ok for c in status.last_health.checks}
             assert checks == {"process": True, "remote_listener": True}
             assert (await forwards.close(fwd.id)).outcome == "terminated"
-            status_after = await ops.run("plain", ["python3", "-c", _CLIENT, str(fwd.bind_port)], timeout_s=20)
+            status_after = await ops.run(
+                "plain", ["python3", "-c", _CLIENT, str(fwd.bind_port)], timeout_s=20
+            )
             assert status_after.exit_code != 0
 
 
@@ -173,7 +179,9 @@ async def test_a_dynamic_forward_carries_a_socks5_connect(
             async with await anyio.connect_tcp("127.0.0.1", fwd.bind_port) as stream:
                 await stream.send(b"\x05\x01\x00")
                 assert await _recv_exact(stream, 2) == b"\x05\x00"
-                await stream.send(b"\x05\x01\x00\x01" + socket.inet_aton("127.0.0.1") + port.to_bytes(2, "big"))
+                await stream.send(
+                    b"\x05\x01\x00\x01" + socket.inet_aton("127.0.0.1") + port.to_bytes(2, "big")
+                )
                 reply = await _recv_exact(stream, 10)
                 assert reply[:2] == b"\x05\x00"  # succeeded
                 answer = await _http_get(stream)
@@ -196,7 +204,8 @@ async def test_a_named_forward_is_reused_with_one_process_and_a_different_spec_c
             spec = ForwardSpec(target="plain", kind="dynamic")
             first = await forwards.create(spec, name="socks")
             again = await forwards.create(spec, name="socks")
-            assert again.reused and not first.reused
+            assert again.reused
+            assert not first.reused
             assert again.forward.id == first.forward.id
             assert again.forward.pid == first.forward.pid
             views = await forwards.list()
@@ -232,7 +241,8 @@ async def test_close_does_not_signal_an_unrelated_process_at_the_recorded_pid(
                 assert not closed.signalled
                 assert unrelated.returncode is None
                 unrelated_identity = identity_of(unrelated.pid)
-                assert unrelated_identity is not None and identity_alive(unrelated_identity) is True
+                assert unrelated_identity is not None
+                assert identity_alive(unrelated_identity) is True
         assert identity_alive(original) is True  # the real forward was not touched either
         assert await stop_process(original, grace_s=2) == "terminated"
 
@@ -245,7 +255,9 @@ async def test_a_forward_to_a_port_in_use_fails_cleanly_and_leaves_nothing(
         busy.listen()
         port = busy.getsockname()[1]
         async with manager_factory() as forwards:
-            spec = ForwardSpec(target="plain", kind="local", bind_port=port, dest_host="127.0.0.1", dest_port=22)
+            spec = ForwardSpec(
+                target="plain", kind="local", bind_port=port, dest_host="127.0.0.1", dest_port=22
+            )
             with pytest.raises(ForwardStartFailed) as info:
                 await forwards.create(spec)
             assert info.value.reason == "port_in_use"
@@ -267,5 +279,3 @@ async def test_a_non_loopback_bind_needs_operator_configuration(manager_factory:
         with pytest.raises(PolicyDenied) as info:
             await forwards.create(ForwardSpec(target="plain", kind="dynamic", bind_address="0.0.0.0"))  # noqa: S104
         assert info.value.reason == "bind_not_allowed"
-
-
