@@ -21,6 +21,7 @@ from remoteops import (
     CommandTimeout,
     ConnectError,
     ForwardConflict,
+    ForwardError,
     ForwardNotFound,
     ForwardStartFailed,
     HostKeyError,
@@ -85,7 +86,8 @@ REMOTE_CODES: tuple[tuple[type[RemoteOpsError], ErrorCode], ...] = (
     (PolicyDenied, ErrorCode.POLICY_DENIED),
     (ForwardNotFound, ErrorCode.NOT_FOUND),
     (ForwardConflict, ErrorCode.CONFLICT),
-    (ForwardStartFailed, ErrorCode.CONNECT_ERROR),
+    (ForwardStartFailed, ErrorCode.CONNECT_ERROR),  # details.reason: port_in_use, remote_refused, ...
+    (ForwardError, ErrorCode.CONNECT_ERROR),
     (UnknownTarget, ErrorCode.UNKNOWN_TARGET),
     (HostKeyError, ErrorCode.HOST_KEY_ERROR),
     (AuthError, ErrorCode.AUTH_ERROR),

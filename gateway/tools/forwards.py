@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+import re
+from typing import Any, Self
 
-from pydantic import Field
+from pydantic import Field, field_validator, model_validator
 
 from gateway._catalog import Toolset, ToolSpec
 from gateway._context import ToolContext
@@ -13,8 +14,10 @@ from remoteops import ForwardClosed, ForwardCreated, ForwardKind, ForwardSpec, F
 
 __all__ = ["SPECS"]
 
-_ADDRESS = r"^[A-Za-z0-9.:\[\]_-]+$"
-ForwardId = Annotated[str, Field(min_length=1, max_length=64, pattern=r"^fwd-[0-9a-f]{12}$")]
+# Checked by validators rather than schema ``pattern``s (one place, and the schema stays plain JSON Schema).
+_ADDRESS = re.compile(r"^[A-Za-z0-9.:\[\]_-]+$")
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+_ID = re.compile(r"^fwd-[0-9a-f]{12}$")
 
 
 class CreateIn(Input):
@@ -27,25 +30,55 @@ class CreateIn(Input):
         "127.0.0.1",
         min_length=1,
         max_length=255,
-        pattern=_ADDRESS,
         description="Listen address (this side for local/dynamic, the target for remote). Loopback unless "
         "the operator allowed another in forwards.allowed_bind_addresses.",
     )
     bind_port: int | None = Field(None, ge=1, le=65535, description="Listen port; omitted: a free one.")
-    dest_host: str | None = Field(None, min_length=1, max_length=255, pattern=_ADDRESS)
+    dest_host: str | None = Field(
+        None, min_length=1, max_length=255, description="Destination host (local/remote forwards)."
+    )
     dest_port: int | None = Field(None, ge=1, le=65535)
     name: str | None = Field(
         None,
         min_length=1,
         max_length=64,
-        pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$",
         description="Optional stable name: a healthy forward of this name and specification is returned "
         "(reused: true); the same name with another specification is a conflict.",
     )
 
+    @field_validator("bind_address", "dest_host")
+    @classmethod
+    def _address(cls, value: str | None) -> str | None:
+        if value is not None and not _ADDRESS.match(value):
+            raise ValueError("must be a host name or an IP address")
+        return value
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, value: str | None) -> str | None:
+        if value is not None and not _NAME.match(value):
+            raise ValueError("letters, digits, '_', '.', '-'; starting with a letter or digit")
+        return value
+
+    @model_validator(mode="after")
+    def _destination(self) -> Self:
+        has_dest = self.dest_host is not None or self.dest_port is not None
+        if self.kind == "dynamic" and has_dest:
+            raise ValueError("a dynamic (SOCKS) forward takes no dest_host/dest_port")
+        if self.kind != "dynamic" and (self.dest_host is None or self.dest_port is None):
+            raise ValueError(f"a {self.kind} forward needs dest_host and dest_port")
+        return self
+
 
 class ForwardIdIn(Input):
-    id: ForwardId
+    id: str = Field(min_length=1, max_length=64, description="A forward id (fwd-…) from forward_create.")
+
+    @field_validator("id")
+    @classmethod
+    def _id(cls, value: str) -> str:
+        if not _ID.match(value):
+            raise ValueError("not a forward id (fwd- and 12 hex digits)")
+        return value
 
 
 class ListIn(Input):

@@ -169,11 +169,15 @@ def _check(served: Served, name: str, args: dict[str, Any]) -> None:
     if result.is_error:
         error = error_payload(result)
         assert error is not None, result
-        assert error["code"] in ALLOWED_FAILURES, (name, error)
+        assert error["code"] in ALLOWED_FAILURES | _EXPECTED.get(name, set()), (name, error)
         assert result.structured_content is None
 
 
-_TOOL_NAMES = [spec.name for spec in all_specs()]
+# forward_create/forward_close start and stop ssh processes that outlive the runtime by design (fuzzing them
+# would leave forwards behind); their failures are pinned in tests/remoteops/test_forwards.py.
+_LONG_LIVED = {"forward_create", "forward_close"}
+_TOOL_NAMES = [spec.name for spec in all_specs() if spec.name not in _LONG_LIVED]
+_EXPECTED = {"forward_status": {"not_found"}}  # a well-formed id of no forward
 
 
 @pytest.mark.parametrize("name", _TOOL_NAMES)
