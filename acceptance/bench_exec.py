@@ -1,4 +1,5 @@
-"""Exec-path benchmark: raw ``ssh -S`` vs ``RemoteOps.run`` vs the gateway's ``remote_exec`` over MCP/HTTP.
+"""Exec-path benchmark: raw ``ssh -S`` vs ``RemoteOps.run`` vs the gateway's ``remote_exec`` (MCP over HTTP
+and over stdio), each on both carriers (one ssh per call, and the persistent agent channel).
 
 Run from the repository root, as root (the sshd fixture creates users)::
 
@@ -7,16 +8,21 @@ Run from the repository root, as root (the sshd fixture creates users)::
 Everything is measured in ONE run against ONE throwaway sshd (``tests.fixtures.sshd.start_sshd``):
 
 * ``raw``: ``ssh -F CFG -S SOCK sshd-plain true`` over a master this script starts itself (the baseline);
-* ``remoteops``: ``RemoteOps.run("plain", ["true"])`` in this process (transport cost without MCP/HTTP);
-* ``gateway``: ``remote_exec`` with argv ``["true"]`` through the real gateway subprocess, called by an MCP
-  client over streamable HTTP (one session reused for every call).
+* ``RemoteOps.run``: in this process, target ``plain`` (``carrier = "ssh"``) and ``plain-agent``
+  (``carrier = "agent"``) — the same sshd user, so the same master;
+* ``gateway``: ``remote_exec`` with argv ``["true"]`` through the real gateway, over streamable HTTP (a
+  subprocess, one session reused) and over stdio (spawned by the client), on both targets.
 
-Serial calls are interleaved (raw, remoteops, gateway, raw, ...) after a warm-up so that drift of the machine
-hits every subject alike; ratios are to the raw median of the same run. The burst rows start 64 calls at once;
-the raw burst is bounded by the same per-target channel limit the pool uses (sshd's MaxSessions refuses more
-sessions per master), the gateway queues its own burst on that limit.
+Serial calls are interleaved (raw, library ssh, library agent, gateway …, raw, …) after a warm-up so that
+drift of the machine hits every subject alike; ratios are to the raw median of the same run. The burst rows
+start 64 (and 256) calls at once; the raw burst is bounded by the same per-target channel limit the pool uses
+(sshd's MaxSessions refuses more sessions per master). The cold rows time the first call of a fresh
+``RemoteOps`` with no master (``ssh -G``, master start, the call; on the agent carrier also the agent's boot,
+which ``auto`` does in the background while the first call goes over ssh). The aims of the agent issue are
+printed, not asserted.
 
-Every process started (sshd, masters, gateway) is terminated and reaped; the temporary directory is removed.
+Every process started (sshd, masters, gateways, agents) is terminated and reaped; the temporary directory is
+removed.
 """
 
 from __future__ import annotations
@@ -39,30 +45,54 @@ from typing import Any
 
 import anyio
 import httpx2
-from mcp import Client
+from mcp import Client, StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
 
 from remoteops import RemoteOps, TargetSpec, TransportSettings
-from tests.fixtures.gateway_proc import run_gateway
+from tests.fixtures.gateway_proc import run_gateway, write_config
 from tests.fixtures.procs import stop_process
 from tests.fixtures.sshd import SshdInstance, start_sshd
 
 __all__ = ["main"]
 
-TARGET = "plain"
+TARGET = "plain"  # carrier ssh
+AGENT = "plain-agent"  # carrier agent, same sshd user and master
 BURST = 64
+BIG_BURST = 256
 WARMUP = 10
+COLD = 5
 _READY_S = 15.0
 _STOP_S = 5.0
 
 ROW_RAW = "raw ssh -S (baseline)"
-ROW_LIB = "remoteops RemoteOps.run"
-ROW_GW = "gateway remote_exec (MCP/HTTP)"
-ROW_FLOOR = "gateway gateway_health (MCP/HTTP floor, no ssh)"
+ROW_LIB = "RemoteOps.run, ssh carrier"
+ROW_LIB_AGENT = "RemoteOps.run, agent carrier"
+ROW_GW = "gateway remote_exec MCP/HTTP, ssh carrier"
+ROW_GW_AGENT = "gateway remote_exec MCP/HTTP, agent carrier"
+ROW_STDIO = "gateway remote_exec MCP/stdio, ssh carrier"
+ROW_STDIO_AGENT = "gateway remote_exec MCP/stdio, agent carrier"
+ROW_FLOOR = "gateway gateway_health MCP/HTTP (floor, no ssh)"
+ROW_FLOOR_STDIO = "gateway gateway_health MCP/stdio (floor, no ssh)"
+ROW_COLD = "cold first call RemoteOps.run, ssh carrier"
+ROW_COLD_AGENT = "cold first call RemoteOps.run, agent carrier (waits for the agent)"
+ROW_COLD_AUTO = "cold first call RemoteOps.run, carrier auto (default)"
 ROW_RAW_BURST = f"raw ssh -S, {BURST} concurrent"
-ROW_LIB_BURST = f"remoteops, {BURST} concurrent"
-ROW_GW_BURST = f"gateway remote_exec, {BURST} concurrent"
-ROWS = (ROW_RAW, ROW_LIB, ROW_GW, ROW_FLOOR, ROW_RAW_BURST, ROW_LIB_BURST, ROW_GW_BURST)
+ROW_LIB_BURST = f"RemoteOps.run ssh, {BURST} concurrent"
+ROW_LIB_AGENT_BURST = f"RemoteOps.run agent, {BURST} concurrent"
+ROW_GW_BURST = f"gateway HTTP ssh, {BURST} concurrent"
+ROW_GW_AGENT_BURST = f"gateway HTTP agent, {BURST} concurrent"
+ROW_RAW_BIG = f"raw ssh -S, {BIG_BURST} concurrent"
+ROW_LIB_AGENT_BIG = f"RemoteOps.run agent, {BIG_BURST} concurrent"
+ROW_GW_BIG = f"gateway HTTP ssh, {BIG_BURST} concurrent"
+ROW_GW_AGENT_BIG = f"gateway HTTP agent, {BIG_BURST} concurrent"
+SERIAL_ROWS = (
+    ROW_RAW, ROW_LIB, ROW_LIB_AGENT, ROW_GW, ROW_GW_AGENT, ROW_STDIO, ROW_STDIO_AGENT,
+    ROW_FLOOR, ROW_FLOOR_STDIO,
+)  # fmt: skip
+COLD_ROWS = (ROW_COLD, ROW_COLD_AGENT, ROW_COLD_AUTO)
+BURST_ROWS = (ROW_RAW_BURST, ROW_LIB_BURST, ROW_LIB_AGENT_BURST, ROW_GW_BURST, ROW_GW_AGENT_BURST)
+BIG_ROWS = (ROW_RAW_BIG, ROW_LIB_AGENT_BIG, ROW_GW_BIG, ROW_GW_AGENT_BIG)
+ROWS = SERIAL_ROWS + COLD_ROWS + BURST_ROWS + BIG_ROWS
 
 
 @dataclass
@@ -71,9 +101,17 @@ class Row:
     calls: int
     median_ms: float
     p95_ms: float
-    ratio: float = 0.0  # median / raw median (serial rows) or burst median / raw burst median
+    ratio: float = 0.0  # median / raw median (serial and cold rows) or / the raw burst of the same size
     wall_ms: float | None = None  # burst rows: time until the last of the burst finished
     failures: int = 0
+
+
+@dataclass
+class Aim:
+    what: str
+    target: str
+    measured: str
+    met: bool
 
 
 @dataclass
@@ -83,8 +121,11 @@ class Report:
     mcp_mode: str
     warmup: int
     workdir: str  # removed when the run ends (the smoke test checks that)
+    load_before: tuple[float, float, float]
+    load_after: tuple[float, float, float] | None = None
     protocol_version: str | None = None
     rows: list[Row] = field(default_factory=list)
+    aims: list[Aim] = field(default_factory=list)
     gateway_rss_idle_kb: int | None = None
     gateway_rss_after_kb: int | None = None
 
@@ -153,8 +194,10 @@ def _raw_once(argv: list[str]) -> float:
     return elapsed
 
 
-async def _burst(call: Callable[[], Awaitable[None]], limit: int | None) -> tuple[list[float], float, int]:
-    """Start BURST calls at once; per-call latency includes queueing on ``limit``."""
+async def _burst_of(
+    size: int, call: Callable[[], Awaitable[None]], limit: int | None
+) -> tuple[list[float], float, int]:
+    """Start ``size`` calls at once; per-call latency includes queueing on ``limit``."""
     samples: list[float] = []
     failures = 0
     limiter = anyio.Semaphore(limit) if limit else None
@@ -175,12 +218,56 @@ async def _burst(call: Callable[[], Awaitable[None]], limit: int | None) -> tupl
 
     started = time.perf_counter()
     async with anyio.create_task_group() as tg:
-        for _ in range(BURST):
+        for _ in range(size):
             tg.start_soon(one)
     return samples, time.perf_counter() - started, failures
 
 
 # -- the benchmark --------------------------------------------------------------------------------
+def _targets(sshd: SshdInstance) -> list[dict[str, Any]]:
+    return [
+        {"name": TARGET, "host": sshd.alias("plain"), "carrier": "ssh"},
+        {"name": AGENT, "host": sshd.alias("plain"), "carrier": "agent"},
+    ]
+
+
+async def _cold(sshd: SshdInstance, work: Path, carrier: str, samples: int) -> list[float]:
+    """First call of a fresh RemoteOps with no master (a new control directory each time)."""
+    times: list[float] = []
+    for i in range(samples):
+        control = work / f"cold-{carrier}-{i}"
+        settings = TransportSettings(ssh_config_file=sshd.ssh_config, control_dir=control, carrier=carrier)
+        async with RemoteOps(settings, [TargetSpec(name=TARGET, host=sshd.alias("plain"))]) as ops:
+            started = time.perf_counter()
+            result = await ops.run(TARGET, ["true"])
+            times.append(time.perf_counter() - started)
+            if result.exit_code != 0:
+                raise RuntimeError(f"cold call failed: {result}")
+    return times
+
+
+def _aims(report: Report) -> list[Aim]:
+    rows = {row.subject: row for row in report.rows}
+    aims: list[Aim] = []
+
+    def ratio(name: str, limit: float, what: str) -> None:
+        row = rows[name]
+        aims.append(Aim(what, f"<= {limit:.2f}x raw", f"{row.ratio:.2f}x", row.ratio <= limit))
+
+    ratio(ROW_LIB_AGENT, 0.4, "RemoteOps.run on the agent")
+    ratio(ROW_STDIO_AGENT, 0.5, "gateway remote_exec over stdio on the agent")
+    ratio(ROW_GW_AGENT, 1.0, "gateway remote_exec over MCP/HTTP on the agent")
+    ratio(ROW_GW_AGENT_BURST, 1.5, f"{BURST} concurrent gateway calls on the agent (per-call median)")
+    big = rows[ROW_GW_AGENT_BIG].failures + rows[ROW_LIB_AGENT_BIG].failures
+    aims.append(Aim(f"{BIG_BURST} concurrent calls on the agent", "0 failures", f"{big} failures", big == 0))
+    cold = rows[ROW_COLD_AUTO].median_ms
+    aims.append(Aim("first call on a cold target (auto)", "<= 220 ms", f"{cold:.0f} ms", cold <= 220))
+    if report.gateway_rss_idle_kb is not None:
+        rss = report.gateway_rss_idle_kb / 1024
+        aims.append(Aim("gateway idle RSS", "<= 80 MB", f"{rss:.1f} MB", rss <= 80))
+    return aims
+
+
 async def _measure(sshd: SshdInstance, work: Path, calls: int, warmup: int, mode: str) -> Report:
     settings = TransportSettings(ssh_config_file=sshd.ssh_config, control_dir=work / "lib")
     report = Report(
@@ -189,37 +276,65 @@ async def _measure(sshd: SshdInstance, work: Path, calls: int, warmup: int, mode
         mcp_mode=mode,
         warmup=warmup,
         workdir=str(work),
+        load_before=os.getloadavg(),
     )
     gw_dir = work / "gw"
     gw_dir.mkdir()
     gw_config: dict[str, Any] = {
         "transport": {"ssh_config_file": str(sshd.ssh_config), "control_dir": str(work / "gwc")},
-        "targets": [{"name": TARGET, "host": sshd.alias(TARGET)}],
+        "targets": _targets(sshd),
     }
+    stdio_dir = work / "gws"
+    stdio_dir.mkdir()
+    stdio_cfg = write_config(
+        stdio_dir / "gateway.toml",
+        {
+            "state_dir": str(stdio_dir / "state"),
+            "transport": {"ssh_config_file": str(sshd.ssh_config), "control_dir": str(work / "gwsc")},
+            "targets": _targets(sshd),
+        },
+    )
+    stdio = StdioServerParameters(
+        command=sys.executable, args=["-m", "gateway", "--config", str(stdio_cfg), "serve", "--stdio"]
+    )
+    lib_targets = [TargetSpec.model_validate(t) for t in _targets(sshd)]
     with (
         raw_master(sshd, work / "raw.sock") as raw_argv,
         run_gateway(gw_dir, gw_config) as gw,
     ):
         report.gateway_rss_idle_kb = _rss_kb(gw.proc.pid)
-        http = httpx2.AsyncClient(headers=gw.headers(), timeout=httpx2.Timeout(60))
-        ops = RemoteOps(settings, [TargetSpec(name=TARGET, host=sshd.alias(TARGET))])
-        async with http, Client(streamable_http_client(gw.url, http_client=http), mode=mode) as client, ops:
+        http = httpx2.AsyncClient(headers=gw.headers(), timeout=httpx2.Timeout(120))
+        async with (
+            http,
+            Client(streamable_http_client(gw.url, http_client=http), mode=mode) as client,
+            Client(stdio, mode=mode) as stdio_client,
+            RemoteOps(settings, lib_targets) as ops,
+        ):
             report.protocol_version = client.protocol_version
 
-            async def gw_call() -> None:
-                result = await client.call_tool("remote_exec", {"target": TARGET, "argv": ["true"]})
-                if result.is_error or (result.structured_content or {}).get("exit_code") != 0:
-                    raise RuntimeError(f"remote_exec failed: {result}")
+            def gw_call(target: str, via: Client = client) -> Callable[[], Awaitable[None]]:
+                async def call() -> None:
+                    result = await via.call_tool("remote_exec", {"target": target, "argv": ["true"]})
+                    if result.is_error or (result.structured_content or {}).get("exit_code") != 0:
+                        raise RuntimeError(f"remote_exec failed: {result}")
 
-            async def floor_call() -> None:
-                result = await client.call_tool("gateway_health", {})
-                if result.is_error:
-                    raise RuntimeError(f"gateway_health failed: {result}")
+                return call
 
-            async def lib_call() -> None:
-                result = await ops.run(TARGET, ["true"])
-                if result.exit_code != 0:
-                    raise RuntimeError(f"ops.run failed: {result}")
+            def floor_call(via: Client) -> Callable[[], Awaitable[None]]:
+                async def call() -> None:
+                    result = await via.call_tool("gateway_health", {})
+                    if result.is_error:
+                        raise RuntimeError(f"gateway_health failed: {result}")
+
+                return call
+
+            def lib_call(target: str) -> Callable[[], Awaitable[None]]:
+                async def call() -> None:
+                    result = await ops.run(target, ["true"])
+                    if result.exit_code != 0:
+                        raise RuntimeError(f"ops.run failed: {result}")
+
+                return call
 
             async def raw_call() -> None:
                 await anyio.to_thread.run_sync(_raw_once, raw_argv)
@@ -229,53 +344,75 @@ async def _measure(sshd: SshdInstance, work: Path, calls: int, warmup: int, mode
                 await call()
                 return time.perf_counter() - started
 
+            subjects: dict[str, Callable[[], Awaitable[None]]] = {
+                ROW_LIB: lib_call(TARGET),
+                ROW_LIB_AGENT: lib_call(AGENT),
+                ROW_GW: gw_call(TARGET),
+                ROW_GW_AGENT: gw_call(AGENT),
+                ROW_STDIO: gw_call(TARGET, stdio_client),
+                ROW_STDIO_AGENT: gw_call(AGENT, stdio_client),
+                ROW_FLOOR: floor_call(client),
+                ROW_FLOOR_STDIO: floor_call(stdio_client),
+            }
             for _ in range(warmup):
                 _raw_once(raw_argv)
-                await lib_call()
-                await gw_call()
-                await floor_call()
-            raw_s: list[float] = []
-            lib_s: list[float] = []
-            gw_s: list[float] = []
-            floor_s: list[float] = []
+                for call in subjects.values():
+                    await call()
+            samples: dict[str, list[float]] = {name: [] for name in SERIAL_ROWS}
             for _ in range(calls):
-                raw_s.append(_raw_once(raw_argv))  # blocking on purpose: the cheapest way to spawn ssh
-                lib_s.append(await timed(lib_call))
-                gw_s.append(await timed(gw_call))
-                floor_s.append(await timed(floor_call))
-            serial = [
-                _row(ROW_RAW, raw_s),
-                _row(ROW_LIB, lib_s),
-                _row(ROW_GW, gw_s),
-                _row(ROW_FLOOR, floor_s),
-            ]
+                samples[ROW_RAW].append(_raw_once(raw_argv))  # blocking on purpose: the cheapest spawn
+                for name, call in subjects.items():
+                    samples[name].append(await timed(call))
+            serial = [_row(name, samples[name]) for name in SERIAL_ROWS]
 
             channels = settings.max_channels_per_target
-            raw_b, raw_wall, raw_fail = await _burst(raw_call, channels)
-            lib_b, lib_wall, lib_fail = await _burst(lib_call, None)
-            gw_b, gw_wall, gw_fail = await _burst(gw_call, None)
-            bursts = [
-                _row(ROW_RAW_BURST, raw_b, raw_fail, raw_wall),
-                _row(ROW_LIB_BURST, lib_b, lib_fail, lib_wall),
-                _row(ROW_GW_BURST, gw_b, gw_fail, gw_wall),
-            ]
+            bursts = []
+            for name, call, limit in (
+                (ROW_RAW_BURST, raw_call, channels),
+                (ROW_LIB_BURST, lib_call(TARGET), None),
+                (ROW_LIB_AGENT_BURST, lib_call(AGENT), None),
+                (ROW_GW_BURST, gw_call(TARGET), None),
+                (ROW_GW_AGENT_BURST, gw_call(AGENT), None),
+            ):
+                got, wall, failed = await _burst_of(BURST, call, limit)
+                bursts.append(_row(name, got, failed, wall))
+            bigs = []
+            for name, call, limit in (
+                (ROW_RAW_BIG, raw_call, channels),
+                (ROW_LIB_AGENT_BIG, lib_call(AGENT), None),
+                (ROW_GW_BIG, gw_call(TARGET), None),
+                (ROW_GW_AGENT_BIG, gw_call(AGENT), None),
+            ):
+                got, wall, failed = await _burst_of(BIG_BURST, call, limit)
+                bigs.append(_row(name, got, failed, wall))
         report.gateway_rss_after_kb = _rss_kb(gw.proc.pid)
+    colds = [
+        _row(ROW_COLD, await _cold(sshd, work, "ssh", COLD)),
+        _row(ROW_COLD_AGENT, await _cold(sshd, work, "agent", COLD)),
+        _row(ROW_COLD_AUTO, await _cold(sshd, work, "auto", COLD)),
+    ]
+    report.load_after = os.getloadavg()
     base = serial[0].median_ms
-    for row in serial:
+    for row in serial + colds:
         row.ratio = round(row.median_ms / base, 2) if base else math.nan
-    burst_base = bursts[0].median_ms
-    for row in bursts:
-        row.ratio = round(row.median_ms / burst_base, 2) if burst_base else math.nan
-    report.rows = serial + bursts
+    for group in (bursts, bigs):
+        burst_base = group[0].median_ms
+        for row in group:
+            row.ratio = round(row.median_ms / burst_base, 2) if burst_base else math.nan
+    report.rows = serial + colds + bursts + bigs
+    report.aims = _aims(report)
     return report
 
 
 def render_markdown(report: Report) -> str:
+    load = ", ".join(f"{x:.2f}" for x in report.load_before)
+    after = ", ".join(f"{x:.2f}" for x in report.load_after) if report.load_after else "?"
     lines = [
         f"Exec path, {report.calls} serial calls per subject "
         f"(interleaved, after {report.warmup} warm-up calls); "
-        f"bursts of {BURST} (raw bounded to {report.channels} channels like the pool). "
-        f"MCP client mode {report.mcp_mode}, protocol {report.protocol_version}.",
+        f"bursts of {BURST} and {BIG_BURST} (raw bounded to {report.channels} channels like the pool); "
+        f"{COLD} cold first calls per carrier. MCP client mode {report.mcp_mode}, protocol "
+        f"{report.protocol_version}. Load average before: {load}; after: {after} ({os.cpu_count()} CPUs).",
         "",
         "| subject | calls | median ms | p95 ms | ratio to raw | burst wall ms | failures |",
         "|---|---:|---:|---:|---:|---:|---:|",
@@ -287,11 +424,16 @@ def render_markdown(report: Report) -> str:
             f"{row.ratio:.2f}x | {wall} | {row.failures} |"
         )
     if report.gateway_rss_idle_kb is not None:
-        after = report.gateway_rss_after_kb
+        rss_after = report.gateway_rss_after_kb
         lines += [
             "",
             f"Gateway RSS: idle {report.gateway_rss_idle_kb / 1024:.1f} MB, "
-            f"after the run {after / 1024 if after else math.nan:.1f} MB",
+            f"after the run {rss_after / 1024 if rss_after else math.nan:.1f} MB",
+        ]
+    if report.aims:
+        lines += ["", "| aim | target | measured | met |", "|---|---|---|---|"]
+        lines += [
+            f"| {a.what} | {a.target} | {a.measured} | {'yes' if a.met else 'no'} |" for a in report.aims
         ]
     return "\n".join(lines)
 

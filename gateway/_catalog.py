@@ -59,10 +59,6 @@ class ToolSpec(Generic[InT, OutT]):
     render: Callable[[OutT], str] = field(default=lambda out: out.model_dump_json(indent=None))
     """Short text rendering placed in ``content`` next to ``structuredContent``."""
 
-    def target_of(self, args: BaseModel) -> str | None:
-        value = getattr(args, "target", None)
-        return value if isinstance(value, str) else None
-
     def to_mcp(self) -> types.Tool:
         return types.Tool(
             name=self.name,

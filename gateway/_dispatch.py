@@ -37,15 +37,12 @@ if TYPE_CHECKING:
 
 __all__ = [
     "ERROR_META_KEY",
-    "ProgressFn",
     "dispatch_call",
     "error_payload",
     "error_result",
     "oversized_argument",
     "unencodable_argument",
 ]
-
-ProgressFn = ProgressCallback
 
 _log = structlog.get_logger("gateway.dispatch")
 
@@ -187,7 +184,7 @@ async def dispatch_call(
     params: types.CallToolRequestParams,
     *,
     principal: str,
-    report_progress: ProgressFn | None = None,
+    report_progress: ProgressCallback | None = None,
     elicit: ElicitCallback | None = None,
 ) -> types.CallToolResult:
     """``elicit`` reaches the calling client for a relayed tool's elicitation (own tools do not elicit)."""

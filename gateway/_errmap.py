@@ -30,6 +30,10 @@ from remoteops import (
     ProbeError,
     RemoteOpsError,
     RemoteShellError,
+    TaskCapabilityMissing,
+    TaskConflict,
+    TaskNotFound,
+    TaskRemoteError,
     TransportError,
     TransportLost,
     UnknownTarget,
@@ -88,6 +92,10 @@ REMOTE_CODES: tuple[tuple[type[RemoteOpsError], ErrorCode], ...] = (
     (ForwardConflict, ErrorCode.CONFLICT),
     (ForwardStartFailed, ErrorCode.CONNECT_ERROR),  # details.reason: port_in_use, remote_refused, ...
     (ForwardError, ErrorCode.CONNECT_ERROR),
+    (TaskNotFound, ErrorCode.NOT_FOUND),
+    (TaskConflict, ErrorCode.CONFLICT),
+    (TaskCapabilityMissing, ErrorCode.MISSING_REMOTE_CAPABILITY),
+    (TaskRemoteError, ErrorCode.REMOTE_NONZERO_EXIT),
     (UnknownTarget, ErrorCode.UNKNOWN_TARGET),
     (HostKeyError, ErrorCode.HOST_KEY_ERROR),
     (AuthError, ErrorCode.AUTH_ERROR),
@@ -112,9 +120,18 @@ def _remote(exc: RemoteOpsError) -> ToolFailure:
             ErrorCode.INTERNAL_ERROR, exc.detail or type(exc).__name__, retryable=False, details=details
         )
     fields = (
-        "field", "reason", "stage", "command_started", "exit_code", "time_limit_s", "remote_killed",
+        "field",
+        "reason",
+        "stage",
+        "command_started",
+        "exit_code",
+        "time_limit_s",
+        "remote_killed",
+        "task_id",
+        "state",
+        "tool",
         "forward_id",
-    )  # fmt: skip
+    )
     for field in fields:
         if hasattr(exc, field):
             details[field] = getattr(exc, field)

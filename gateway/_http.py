@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import hmac
 import ipaddress
-import os
 import secrets
 from pathlib import Path
 
@@ -29,6 +28,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from gateway._errors import ConfigError
 from gateway._server import GatewayServer
 from gateway.config import Settings
+from remoteops import atomic_write
 
 __all__ = [
     "StaticTokenVerifier",
@@ -65,9 +65,10 @@ def _generate_token(path: Path) -> str:
     try:
         path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
         token = secrets.token_urlsafe(32)
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(token + "\n")
+        # complete or absent, never half-written; a concurrent first run's token wins
+        atomic_write(path, (token + "\n").encode(), mode=0o600, replace=False)
+    except FileExistsError:
+        return ensure_token(path)
     except OSError as exc:
         raise ConfigError(
             f"cannot create the bearer token file: {exc.strerror or exc}", source=str(path)

@@ -1,13 +1,12 @@
 """The runtime: everything a request handler needs, entered once and passed down as one typed object.
 
 It owns the catalog, the redactor, the audit log, the remote-operations facade and the upstream relay.
-Identity that cannot change for the life of the process (version, the local user, the start time) is
+Identity that cannot change for the life of the process (version, pid, the start time) is
 snapshotted here once, never re-read per call.
 """
 
 from __future__ import annotations
 
-import getpass
 import os
 import time
 from collections.abc import Sequence
@@ -23,8 +22,7 @@ from gateway._redact import Redactor
 from gateway._relay import Relay
 from gateway._version import __version__
 from gateway.config import Settings
-from remoteops import ForwardManager, RemoteOps, StateForwardStore
-from remoteops._state import StateStore
+from remoteops import ForwardManager, RemoteOps, RemoteTasks, StateForwardStore, StateStore
 
 __all__ = ["Identity", "Runtime"]
 
@@ -35,7 +33,6 @@ class Identity:
 
     version: str
     pid: int
-    local_user: str
     started_at: str
     started_monotonic: float
 
@@ -56,7 +53,6 @@ class Runtime:
         self.identity = Identity(
             version=__version__,
             pid=os.getpid(),
-            local_user=getpass.getuser(),
             started_at=datetime.now(UTC).isoformat(timespec="seconds"),
             started_monotonic=time.monotonic(),
         )
@@ -68,6 +64,7 @@ class Runtime:
         )
         self.remote = RemoteOps(settings.transport, settings.targets)
         self.state = StateStore(settings.state_dir)
+        self.tasks = RemoteTasks(self.remote, self.state, settings.tasks, settings.transport)
         self.forwards = ForwardManager(
             self.remote,
             settings.transport,
@@ -85,7 +82,9 @@ class Runtime:
 
     async def __aenter__(self) -> Self:
         async with AsyncExitStack() as stack:
+            await stack.enter_async_context(self.audit)  # first in, last out: shutdown calls are audited
             await stack.enter_async_context(self.remote)
+            await stack.enter_async_context(self.tasks)
             await stack.enter_async_context(self.forwards)
             await stack.enter_async_context(self.relay)
             self._stack = stack.pop_all()

@@ -17,7 +17,6 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 import anyio
-import httpx
 import structlog
 import uvicorn
 from mcp.server.stdio import stdio_server
@@ -31,6 +30,7 @@ from gateway._sdnotify import Notifier
 from gateway._server import build_server
 from gateway._stdio import AnswerUnparseable
 from gateway.config import Settings
+from remoteops import atomic_write
 
 __all__ = ["serve_http", "serve_stdio"]
 
@@ -109,6 +109,8 @@ async def _watchdog(notifier: Notifier, stopping: anyio.Event, health_url: str) 
     if interval is None:
         await stopping.wait()
         return
+    import httpx  # only a systemd watchdog needs it: stdio start-up does not pay for it
+
     async with httpx.AsyncClient(timeout=httpx.Timeout(min(interval, 2.0))) as client:
         while not stopping.is_set():
             try:
@@ -182,9 +184,8 @@ async def serve_http(
                 "audit_file": str(settings.audit_path),
             }
             if ready_file is not None:
-                tmp = ready_file.with_suffix(".tmp")
-                tmp.write_text(json.dumps(info), encoding="utf-8")
-                tmp.replace(ready_file)
+                data = json.dumps(info).encode()
+                await anyio.to_thread.run_sync(lambda: atomic_write(ready_file, data, mode=0o600))
             if announce:
                 print(f"remoteops-gateway {rt.identity.version} serving MCP at {url}", file=sys.stderr)
                 if token:

@@ -1,15 +1,22 @@
-"""The MCP server: the low-level SDK ``Server`` wired to the runtime.
+"""The MCP server: the low-level SDK ``Server`` whose handlers reach the runtime one way only.
 
-The low-level server does no input or output validation, so relayed tools pass through byte-for-byte
-while own tools are validated by the dispatcher. ``instructions`` are computed per initialize from the
-runtime, so they always describe what the tools will actually use.
+That way is the server lifespan: :func:`build_server` gives the ``Server`` a lifespan that yields the
+(already entered) :class:`~gateway._runtime.Runtime`, and every handler reads it as the typed
+``ctx.lifespan_context``. The low-level server does no input or output validation, so relayed tools pass
+through byte-for-byte while own tools are validated by the dispatcher.
+
+``instructions`` describe what the tools will actually use (targets, upstreams and their tool counts), which
+changes while the gateway runs. The SDK (2.3) takes them from the fixed ``Server.instructions`` attribute
+when it builds the ``initialize`` and ``server/discover`` results, and offers no per-request hook for them;
+the public seam it documents for wrapping initialization is ``Server.middleware`` (provisional in 2.3), so a
+middleware fills them in from ``ctx.lifespan_context`` on those two results.
 """
 
 from __future__ import annotations
 
 import weakref
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Callable
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import Any
 
 import anyio
@@ -17,10 +24,9 @@ import mcp_types as types
 import structlog
 from mcp.server.auth.middleware.auth_context import get_access_token
 from mcp.server.connection import Connection
-from mcp.server.context import ServerRequestContext
+from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
 from mcp.server.lowlevel.server import NotificationOptions, Server
 from mcp.server.models import InitializationOptions
-from mcp.server.session import ServerSession
 from mcp.shared.exceptions import MCPError
 from mcp.shared.message import ServerMessageMetadata
 
@@ -32,20 +38,46 @@ __all__ = ["GatewayServer", "build_server"]
 
 _log = structlog.get_logger("gateway.server")
 _NOTIFY_TIMEOUT_S = 5.0
+_DESCRIBED = frozenset({"initialize", "server/discover"})
+
+Ctx = ServerRequestContext[Runtime, Any]
+
+
+async def _instructions_from_runtime(ctx: Ctx, call_next: CallNext) -> HandlerResult:
+    """Server middleware: ``initialize`` and ``server/discover`` answers carry the runtime's instructions."""
+    result = await call_next(ctx)
+    if ctx.method in _DESCRIBED and isinstance(result, dict):
+        return {**result, "instructions": ctx.lifespan_context.describe()}
+    return result
 
 
 class GatewayServer(Server[Runtime]):
-    """``Server`` whose instructions and capabilities come from the live runtime."""
+    """The SDK's low-level ``Server`` with the gateway's handlers; state only what MCP needs per client."""
 
-    runtime: Runtime
-
-    @property
-    def instructions(self) -> str:
-        return self.runtime.describe()
-
-    @instructions.setter
-    def instructions(self, value: str | None) -> None:  # the SDK assigns it once; the runtime is the source
-        return None
+    def __init__(
+        self,
+        name: str,
+        *,
+        version: str,
+        lifespan: Callable[[Server[Runtime]], AbstractAsyncContextManager[Runtime]],
+        stdio_principal: str | None = None,
+    ) -> None:
+        super().__init__(
+            name,
+            version=version,
+            lifespan=lifespan,
+            on_list_tools=self._on_list_tools,
+            on_call_tool=self._on_call_tool,
+        )
+        self.middleware.append(_instructions_from_runtime)
+        self._stdio_principal = stdio_principal
+        # Clients to tell about tools/list_changed. In SDK 2.3 ``ctx.session`` is built per request
+        # (``ServerRunner._make_context``), so it cannot stand for a client; the per-client object is the
+        # ``Connection`` (a public type with a public ``send_tool_list_changed``), but the handler context
+        # offers no public path to it: ``ServerRequestContext`` has none, and the ``Context`` type that has
+        # ``.connection`` is not constructed by ``ServerRunner`` in 2.3. It is read from the session's
+        # private field in ``_remember``, the one such read; weak, so closed clients drop out.
+        self._connections: weakref.WeakSet[Connection] = weakref.WeakSet()
 
     def create_initialization_options(
         self,
@@ -53,14 +85,55 @@ class GatewayServer(Server[Runtime]):
         experimental_capabilities: dict[str, dict[str, Any]] | None = None,
         extensions: dict[str, dict[str, Any]] | None = None,
     ) -> InitializationOptions:
+        """Advertise ``tools.listChanged``: relayed tool lists change and are forwarded."""
         return super().create_initialization_options(
             notification_options or NotificationOptions(tools_changed=True),
             experimental_capabilities,
             extensions,
         )
 
+    def _remember(self, ctx: Ctx) -> None:
+        self._connections.add(ctx.session._connection)  # no public path in SDK 2.3: see __init__
 
-def _elicit_via(ctx: ServerRequestContext[Runtime]) -> ElicitCallback | None:
+    def _principal(self) -> str:
+        token = get_access_token()
+        if token is not None:
+            return f"bearer:{token.client_id}"
+        return self._stdio_principal or "anonymous"
+
+    async def _on_list_tools(
+        self, ctx: Ctx, params: types.PaginatedRequestParams | None
+    ) -> types.ListToolsResult:
+        self._remember(ctx)
+        rt = ctx.lifespan_context
+        return types.ListToolsResult(tools=rt.catalog.tools() + await rt.relay.list_tools())
+
+    async def _on_call_tool(self, ctx: Ctx, params: types.CallToolRequestParams) -> types.CallToolResult:
+        self._remember(ctx)
+        session = ctx.session
+
+        async def progress(progress: float, total: float | None, message: str | None) -> None:
+            await session.report_progress(progress, total, message)
+
+        return await dispatch_call(
+            ctx.lifespan_context,
+            params,
+            principal=self._principal(),
+            report_progress=progress,
+            elicit=_elicit_via(ctx),
+        )
+
+    async def notify_tools_changed(self) -> None:
+        """Send ``notifications/tools/list_changed`` to every client that has talked to this server."""
+        for connection in list(self._connections):
+            try:
+                with anyio.fail_after(_NOTIFY_TIMEOUT_S):  # a stuck client must not hold up the others
+                    await connection.send_tool_list_changed()
+            except Exception as exc:  # a closed client must not stop the others from hearing it
+                _log.debug("list_changed_not_delivered", error=type(exc).__name__)
+
+
+def _elicit_via(ctx: Ctx) -> ElicitCallback | None:
     """Forward an upstream's elicitation to the calling client on this call's own stream, or None
     when it cannot be asked: no elicitation capability declared, or no back-channel (the stateless
     2026-07-28 era, stateless or JSON-response HTTP)."""
@@ -91,59 +164,18 @@ def _elicit_via(ctx: ServerRequestContext[Runtime]) -> ElicitCallback | None:
 
 
 def build_server(rt: Runtime, *, stdio_principal: str | None = None) -> GatewayServer:
-    # Clients to tell about tools/list_changed. In SDK 2.3 ``ctx.session`` is built per request
-    # (``ServerRunner._make_context``), so a weak set of sessions empties as each request ends; the
-    # per-client object is the session's ``Connection`` (public type, reached only via a private field).
-    connections: weakref.WeakSet[Connection] = weakref.WeakSet()
-
-    def remember(session: ServerSession) -> None:
-        connections.add(session._connection)
-
-    def principal() -> str:
-        token = get_access_token()
-        if token is not None:
-            return f"bearer:{token.client_id}"
-        return stdio_principal or "anonymous"
-
-    async def on_list_tools(
-        ctx: ServerRequestContext[Runtime], params: types.PaginatedRequestParams | None
-    ) -> types.ListToolsResult:
-        remember(ctx.session)
-        return types.ListToolsResult(tools=rt.catalog.tools() + await rt.relay.list_tools())
-
-    async def on_call_tool(
-        ctx: ServerRequestContext[Runtime], params: types.CallToolRequestParams
-    ) -> types.CallToolResult:
-        remember(ctx.session)
-        session = ctx.session
-
-        async def progress(progress: float, total: float | None, message: str | None) -> None:
-            await session.report_progress(progress, total, message)
-
-        return await dispatch_call(
-            rt, params, principal=principal(), report_progress=progress, elicit=_elicit_via(ctx)
-        )
-
-    async def tools_changed() -> None:
-        for connection in list(connections):
-            try:
-                with anyio.fail_after(_NOTIFY_TIMEOUT_S):  # a stuck client must not hold up the others
-                    await connection.outbound.notify("notifications/tools/list_changed", None)
-            except Exception as exc:  # a closed client must not stop the others from hearing it
-                _log.debug("list_changed_not_delivered", error=type(exc).__name__)
-
-    rt.relay.add_listener(tools_changed)
+    """A server on an entered runtime: its lifespan yields ``rt`` (the caller enters and exits it around
+    the whole serving loop, so HTTP sessions and stdio share one runtime)."""
 
     @asynccontextmanager
     async def lifespan(_: Server[Runtime]) -> AsyncIterator[Runtime]:
-        yield rt  # the runtime is entered (and exited) by the caller, around the whole serving loop
+        yield rt
 
     server = GatewayServer(
         rt.settings.server.name,
         version=rt.identity.version,
         lifespan=lifespan,
-        on_list_tools=on_list_tools,
-        on_call_tool=on_call_tool,
+        stdio_principal=stdio_principal,
     )
-    server.runtime = rt
+    rt.relay.add_listener(server.notify_tools_changed)
     return server

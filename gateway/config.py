@@ -17,7 +17,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from gateway._errors import ConfigError
-from remoteops import ForwardSettings, TargetSpec, TransportSettings
+from remoteops import ForwardSettings, TargetSpec, TaskSettings, TransportSettings
 from upstream import UpstreamSettings
 
 __all__ = [
@@ -130,6 +130,7 @@ class Settings(BaseModel):
     audit: AuditSettings = AuditSettings()
     tools: ToolSettings = ToolSettings()
     transport: TransportSettings = TransportSettings()
+    tasks: TaskSettings = TaskSettings()
     forwards: ForwardSettings = ForwardSettings()
     targets: tuple[TargetSpec, ...] = ()
     upstreams: tuple[UpstreamEntry, ...] = ()

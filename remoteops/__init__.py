@@ -16,6 +16,7 @@ from ._errors import (
     ConnectReason,
     HostKeyError,
     InvalidRequest,
+    MissingCapability,
     PolicyDenied,
     ProbeError,
     RemoteOpsError,
@@ -25,7 +26,7 @@ from ._errors import (
     UnknownTarget,
     UnresolvedHost,
 )
-from ._exec import Carrier, ExecRequest
+from ._exec import Carrier, ExecRequest, RawExec, RawStream
 from ._forward_errors import ForwardConflict, ForwardError, ForwardNotFound, ForwardStartFailed
 from ._forward_models import (
     ForwardCheck,
@@ -41,6 +42,7 @@ from ._forward_store import StateForwardStore
 from ._forwards import ForwardManager
 from ._models import (
     Capabilities,
+    CarrierState,
     DiagnoseReport,
     DiskUsage,
     ExecResult,
@@ -52,13 +54,37 @@ from ._models import (
 )
 from ._ops import RemoteOps
 from ._render import RenderedCommand, render_command
-from ._settings import HostKeyPolicy, MultiplexMode, TargetSpec, TransportSettings
+from ._settings import CarrierMode, HostKeyPolicy, MultiplexMode, TargetSpec, TransportSettings
+from ._state import Collection, StateProblem, StateStore, atomic_write
+from ._task_models import (
+    CancelStep,
+    TaskCancelResult,
+    TaskCapabilityMissing,
+    TaskConflict,
+    TaskError,
+    TaskHealth,
+    TaskInfo,
+    TaskMode,
+    TaskNotFound,
+    TaskOutput,
+    TaskRemoteError,
+    TaskSettings,
+    TaskState,
+    TaskStream,
+    TaskWaitResult,
+    WaitOutcome,
+)
+from ._tasks import RemoteTasks
 
 __all__ = [
     "CAPABILITY_TOOLS",
     "AuthError",
+    "CancelStep",
     "Capabilities",
     "Carrier",
+    "CarrierMode",
+    "CarrierState",
+    "Collection",
     "CommandTimeout",
     "ConnectError",
     "ConnectReason",
@@ -82,24 +108,46 @@ __all__ = [
     "HostKeyError",
     "HostKeyPolicy",
     "InvalidRequest",
+    "MissingCapability",
     "MultiplexMode",
     "MultiplexState",
     "PolicyDenied",
     "ProbeError",
+    "RawExec",
+    "RawStream",
     "RemoteOps",
     "RemoteOpsError",
     "RemoteShellError",
+    "RemoteTasks",
     "RenderedCommand",
     "SectionError",
     "StateForwardStore",
+    "StateProblem",
+    "StateStore",
     "TargetIdentity",
     "TargetInfo",
     "TargetSpec",
+    "TaskCancelResult",
+    "TaskCapabilityMissing",
+    "TaskConflict",
+    "TaskError",
+    "TaskHealth",
+    "TaskInfo",
+    "TaskMode",
+    "TaskNotFound",
+    "TaskOutput",
+    "TaskRemoteError",
+    "TaskSettings",
+    "TaskState",
+    "TaskStream",
+    "TaskWaitResult",
     "TransportError",
     "TransportLost",
     "TransportSettings",
     "TransportStats",
     "UnknownTarget",
     "UnresolvedHost",
+    "WaitOutcome",
+    "atomic_write",
     "render_command",
 ]

@@ -20,6 +20,8 @@
     │   │                      while the command may have been running: ambiguous, NEVER re-run automatically
     │   └── RemoteShellError   exit_code: the login shell on the target did not start the command
     ├── ProbeError             a probe ran but its output was unusable (never cached)
+    │   └── MissingCapability  capability: the target lacks what the operation needs (e.g. python3 for the
+    │                          agent carrier when ``carrier = "agent"``); nothing of the caller's ran
     └── CommandTimeout         time_limit_s, remote_killed: the local ceiling was hit without a clean end;
                                remote_killed says whether the remote process was confirmed stopped
 
@@ -37,6 +39,7 @@ __all__ = [
     "ConnectReason",
     "HostKeyError",
     "InvalidRequest",
+    "MissingCapability",
     "PolicyDenied",
     "ProbeError",
     "RemoteOpsError",
@@ -182,3 +185,9 @@ class CommandTimeout(RemoteOpsError):
 
 class ProbeError(RemoteOpsError):
     """A capability/diagnose probe ran but exited non-zero or printed something unparseable."""
+
+
+class MissingCapability(ProbeError):
+    def __init__(self, detail: str = "", *, target: str | None = None, capability: str) -> None:
+        super().__init__(detail, target=target)
+        self.capability = capability

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import BaseModel, ConfigDict, Field
 
-from ._settings import MultiplexMode
+from ._settings import CarrierMode, MultiplexMode
 
 __all__ = [
     "Capabilities",
+    "CarrierState",
     "DiagnoseReport",
     "DiskUsage",
     "ExecResult",
@@ -76,6 +79,7 @@ class Capabilities(BaseModel):
     tools: dict[str, bool] = Field(default_factory=dict)  # every probed tool, present or absent
     sudo_nopasswd: bool = False  # ``sudo -n true`` succeeded
     probed_at: float  # epoch seconds
+    carrier: Literal["agent", "ssh"] | None = None  # how commands reach the target now (see CarrierState)
 
     @property
     def absent(self) -> list[str]:
@@ -92,6 +96,22 @@ class MultiplexState(BaseModel):
     channels_in_use: int = 0
     idle_s: float | None = None
     adopted: bool = False  # found already running (e.g. left by an earlier process) and reused
+
+
+class CarrierState(BaseModel):
+    """How commands reach one target: ``agent`` (a persistent agent channel) or ``ssh`` (one ssh per call);
+    None until the first command decided it. ``reason`` says why a target in ``auto`` mode uses ssh."""
+
+    model_config = _FROZEN
+
+    mode: CarrierMode
+    carrier: Literal["agent", "ssh"] | None = None
+    reason: str | None = None
+    agent_alive: bool = False
+    agent_pid: int | None = None  # on the target
+    agent_python: str | None = None
+    channels_started: int = 0
+    requests_in_flight: int = 0
 
 
 class TargetInfo(BaseModel):
@@ -121,6 +141,7 @@ class TransportStats(BaseModel):
     control_dir: str
     control_dir_fallback: bool = False
     control_dir_note: str | None = None
+    carriers: dict[str, CarrierState] = Field(default_factory=dict)  # target name -> carrier state
 
 
 class SectionError(BaseModel):

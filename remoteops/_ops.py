@@ -9,11 +9,13 @@ from typing import Self
 import anyio
 import anyio.abc
 
+from ._agent_carrier import AgentCarrier
 from ._capabilities import PROBE_ARGV, CapabilityCache, parse_df
-from ._errors import PolicyDenied, ProbeError, RemoteOpsError
-from ._exec import Carrier, ExecRequest, SshProcessCarrier
+from ._errors import InvalidRequest, PolicyDenied, ProbeError, RemoteOpsError
+from ._exec import Carrier, ExecRequest, RawExec, present
 from ._models import (
     Capabilities,
+    CarrierState,
     DiagnoseReport,
     DiskUsage,
     ExecResult,
@@ -23,8 +25,10 @@ from ._models import (
     TransportStats,
 )
 from ._pool import MasterPool
+from ._render import format_seconds, validate_request
 from ._resolve import IdentityResolver
 from ._settings import TargetSpec, TransportSettings
+from ._sshexec import SshProcessCarrier
 
 __all__ = ["RemoteOps"]
 
@@ -45,6 +49,7 @@ class RemoteOps:
         self._caps = CapabilityCache(settings.capability_ttl_s)
         self._tg: anyio.abc.TaskGroup | None = None
         self._pool: MasterPool | None = None
+        self._agent: AgentCarrier | None = None
         self._carrier: Carrier | None = None
 
     async def __aenter__(self) -> Self:
@@ -52,7 +57,11 @@ class RemoteOps:
         await tg.__aenter__()
         self._tg = tg
         self._pool = MasterPool(self._settings, tg)
-        self._carrier = SshProcessCarrier(self._settings, self._pool)
+        # the agent carrier chooses per target (settings) between its agent channels and the ssh carrier
+        self._agent = AgentCarrier(
+            self._settings, self._pool, tg, SshProcessCarrier(self._settings, self._pool)
+        )
+        self._carrier = self._agent
         return self
 
     async def __aexit__(
@@ -61,11 +70,13 @@ class RemoteOps:
         if self._tg is None or self._pool is None:
             return None
         try:
+            if self._agent is not None:
+                await self._agent.aclose()  # before the masters their sessions run over
             await self._pool.aclose()
         finally:
             self._tg.cancel_scope.cancel()
             await self._tg.__aexit__(exc_type, exc, tb)
-            self._tg = self._pool = self._carrier = None
+            self._tg = self._pool = self._carrier = self._agent = None
         return None
 
     # -- helpers ---------------------------------------------------------------------------------------------
@@ -73,6 +84,11 @@ class RemoteOps:
         if self._pool is None or self._carrier is None:
             raise RuntimeError("use RemoteOps as an async context manager")
         return self._pool, self._carrier
+
+    def _agent_carrier(self) -> AgentCarrier:
+        if self._agent is None:
+            raise RuntimeError("use RemoteOps as an async context manager")
+        return self._agent
 
     def target(self, name: str) -> TargetSpec:
         """The configured target, or PolicyDenied (the allow-list is the configured targets)."""
@@ -122,15 +138,46 @@ class RemoteOps:
         ``timeout_s`` is the remote time limit (default ``exec_timeout_default_s``, at most
         ``exec_timeout_max_s``); the local ceiling is a little longer and raises CommandTimeout.
         """
+        raw = await self.exec_raw(target, argv, shell, stdin=stdin, cwd=cwd, env=env, timeout_s=timeout_s)
+        return present(target, raw, self._settings.output_cap_bytes)
+
+    async def exec_raw(
+        self,
+        target: str,
+        argv: Sequence[str] | None = None,
+        shell: str | None = None,
+        *,
+        stdin: bytes | None = None,
+        cwd: str | None = None,
+        env: Mapping[str, str] | None = None,
+        timeout_s: float | None = None,
+    ) -> RawExec:
+        """Like :meth:`run`, but the carrier's raw record: output as bytes (head and tail, bounded)."""
         spec = self.target(target)
         pool, carrier = self._ready()
         if (argv is None) == (shell is None):
-            raise ValueError("give exactly one of argv or shell")
+            raise InvalidRequest(target=target, field="argv", reason="give exactly one of argv or shell")
         words = ("sh", "-c", shell) if shell is not None else tuple(argv or ())
         limit = self._settings.exec_timeout_default_s if timeout_s is None else timeout_s
         if not 0 < limit <= self._settings.exec_timeout_max_s:
-            raise ValueError(f"timeout_s must be in (0, {self._settings.exec_timeout_max_s}]")
-        request = ExecRequest(argv=words, time_limit_s=limit, stdin=stdin, cwd=cwd, env=dict(env or {}))
+            raise InvalidRequest(
+                target=target,
+                field="timeout_s",
+                reason=f"must be in (0, {format_seconds(self._settings.exec_timeout_max_s)}] seconds",
+            )
+        try:
+            validate_request(words, cwd, env)
+        except InvalidRequest as exc:
+            exc.target = target
+            raise
+        request = ExecRequest(
+            argv=words,
+            time_limit_s=limit,
+            stdin=stdin,
+            cwd=cwd,
+            env=dict(env or {}),
+            output_cap_bytes=self._settings.output_cap_bytes,
+        )
         try:
             identity = await self._resolver.resolve(spec)
             return await carrier.execute(spec, identity, request)
@@ -138,14 +185,30 @@ class RemoteOps:
             pool.record_failure(exc)
             raise
 
+    def _internal_limit(self, wanted_s: float) -> float:
+        """The gateway's own probes obey the operator's ceiling too (a ceiling below ``wanted_s`` wins)."""
+        return min(wanted_s, self._settings.exec_timeout_max_s)
+
     async def capabilities(self, name: str, *, refresh: bool = False) -> Capabilities:
         spec = self.target(name)
         identity = await self._resolver.resolve(spec)
 
         async def probe() -> ExecResult:
-            return await self.run(name, PROBE_ARGV, timeout_s=30)
+            return await self.run(name, PROBE_ARGV, timeout_s=self._internal_limit(30.0))
 
-        return await self._caps.get(spec.name, identity, probe, refresh=refresh)
+        carrier = self._agent_carrier()
+        if refresh:
+            carrier.forget(spec.name)  # a target fixed since its fallback gets the agent again
+        caps = await self._caps.get(spec.name, identity, probe, refresh=refresh)
+        state = await carrier.settle(spec, identity)  # report where its commands go, not "still booting"
+        return caps.model_copy(update={"carrier": state.carrier})
+
+    async def prepare(self, name: str) -> CarrierState:
+        """Make a target ready for commands now (master, and the agent where its carrier uses one) instead
+        of on first use; returns how its commands will be carried."""
+        spec = self.target(name)
+        identity = await self._resolver.resolve(spec)
+        return await self._agent_carrier().settle(spec, identity)
 
     async def diagnose(self, name: str) -> DiagnoseReport:
         """Transport, identity, capabilities, disk pressure, failed units; each section degrades alone."""
@@ -172,7 +235,9 @@ class RemoteOps:
                 record("capabilities", exc)
         if caps is not None:
             try:
-                result = await self.run(name, ["df", "-P", "-k"], timeout_s=_DIAG_LIMIT_S)
+                result = await self.run(
+                    name, ["df", "-P", "-k"], timeout_s=self._internal_limit(_DIAG_LIMIT_S)
+                )
                 disks = parse_df(result.stdout)
                 if result.exit_code != 0 and not disks:
                     raise ProbeError(f"df exited {result.exit_code}", target=name)
@@ -181,7 +246,7 @@ class RemoteOps:
             if caps.tools.get("systemctl"):
                 try:
                     argv = ["systemctl", "--failed", "--no-legend", "--plain", "--no-pager"]
-                    result = await self.run(name, argv, timeout_s=_DIAG_LIMIT_S)
+                    result = await self.run(name, argv, timeout_s=self._internal_limit(_DIAG_LIMIT_S))
                     if result.exit_code != 0:
                         raise ProbeError(result.stderr.strip()[-300:] or "systemctl failed", target=name)
                     units = [line.split()[0] for line in result.stdout.splitlines() if line.strip()]
@@ -215,4 +280,5 @@ class RemoteOps:
             control_dir=str(pool.control_dir),
             control_dir_fallback=pool.control_dir_note is not None,
             control_dir_note=pool.control_dir_note,
+            carriers={name: self._agent_carrier().state(t) for name, t in self._targets.items()},
         )

@@ -26,7 +26,7 @@ import os
 import signal
 import subprocess
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -83,6 +83,16 @@ def group_alive(pgid: int) -> bool:
     return not _only_zombies_left(pgid)
 
 
+def _group_exists(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
 def _signal_group(pgid: int, sig: signal.Signals) -> bool:
     """Send ``sig`` to the group; False when the group is gone."""
     try:
@@ -94,30 +104,39 @@ def _signal_group(pgid: int, sig: signal.Signals) -> bool:
     return True
 
 
+async def _until_group_gone(pgid: int) -> None:
+    """Return once no member of the group can run; the caller's cancel scope bounds the wait."""
+    for _probe in range(1_000_000):
+        # one syscall when the group is gone; a /proc scan (off the loop) while it lingers
+        if not _group_exists(pgid) or not await anyio.to_thread.run_sync(group_alive, pgid):
+            return
+        await anyio.sleep(_GROUP_POLL_S)
+
+
 async def terminate_group(proc: anyio.abc.Process, *, grace_s: float = _TERM_GRACE_S) -> None:
-    """SIGTERM the process group of ``proc`` → bounded wait → SIGKILL what remains → reap the leader.
+    """SIGTERM the process group of ``proc`` → bounded wait → SIGKILL what remains → bounded wait until the
+    whole group is gone → reap the leader and close its pipes.
 
     Shielded and bounded: safe to call from cancelled code and more than once."""
     pgid = proc.pid  # the leader's pid is the pgid (start_new_session); never getpgid() after reaping
     with anyio.CancelScope(shield=True):
         if _signal_group(pgid, signal.SIGTERM):
+            gone = False
             with anyio.move_on_after(grace_s):
                 await proc.wait()  # event-driven for the leader
-                for _probe in range(int(grace_s / _GROUP_POLL_S) + 1):
-                    if not group_alive(pgid):
-                        break
-                    await anyio.sleep(_GROUP_POLL_S)
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(pgid, signal.SIGKILL)
+                await _until_group_gone(pgid)
+                gone = True
+            if not gone and _signal_group(pgid, signal.SIGKILL):
+                with anyio.move_on_after(_KILL_WAIT_S):  # SIGKILL is delivered asynchronously
+                    await proc.wait()
+                    await _until_group_gone(pgid)
         if proc.returncode is None:
             with contextlib.suppress(ProcessLookupError):
                 proc.kill()  # not in its group any more (cannot happen with setsid) or group gone: the pid
             with anyio.move_on_after(_KILL_WAIT_S):
                 await proc.wait()
-        for stream in (proc.stdin, proc.stdout, proc.stderr):
-            if stream is not None:
-                with anyio.move_on_after(1):
-                    await stream.aclose()
+        with anyio.move_on_after(_KILL_WAIT_S):
+            await proc.aclose()  # closes the pipe transports too, not only the streams
 
 
 @contextlib.asynccontextmanager
@@ -127,6 +146,7 @@ async def supervised_child(
     stdin: int = _DEVNULL,
     stdout: int = _PIPE,
     stderr: int = _PIPE,
+    env: Mapping[str, str] | None = None,
     grace_s: float = _TERM_GRACE_S,
 ) -> AsyncIterator[anyio.abc.Process]:
     """Start ``argv`` in its own session; on exit (any way) terminate and reap its whole process group."""
@@ -135,6 +155,7 @@ async def supervised_child(
         stdin=stdin,
         stdout=stdout,
         stderr=stderr,
+        env=env,
         start_new_session=True,  # our signals only: a terminal Ctrl-C must not reach it behind our back
     )
     try:

@@ -6,7 +6,10 @@ Everything remoteops runs on a target goes through :func:`render_command`. The s
 word whatever it contains. The wrapper
 
 * prints a start marker on stderr (the command is about to start),
-* exports the validated environment and changes directory (``cd --``),
+* exports the validated environment plus ``ROG_CALL=<nonce>`` (descendants inherit it, so a kill can find
+  those that left the session: ``setsid``, double fork) and changes directory (``cd --``),
+* answers a program that is not there (or not executable) with exit 127 and a plain
+  ``rog: NAME: command not found`` instead of the ``timeout: failed to run command`` of coreutils,
 * runs argv under ``timeout -k KILL LIMIT`` when the target has ``timeout``; otherwise under a small sh
   watchdog (TERM after LIMIT, KILL after KILL more seconds; degraded: it signals the direct child only, so
   grandchildren may outlive it -- the local ceiling then ends the session and kills it by session id),
@@ -37,6 +40,7 @@ __all__ = [
     "parse_markers",
     "render_command",
     "validate_env",
+    "validate_request",
 ]
 
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -50,8 +54,26 @@ _WRAPPER = r"""n=$1 t=$2 k=$3 d=$4 e=$5; shift 5
 printf '\036ROG%sS\n' "$n" >&2
 tm=; command -v timeout >/dev/null 2>&1 && tm=timeout
 while [ "$e" -gt 0 ]; do export "$1"; shift; e=$((e - 1)); done
+export ROG_CALL="$n"
 rc=0
 if [ -n "$d" ]; then cd -- "$d" || rc=$?; fi
+if [ "$rc" -eq 0 ]; then
+  f=
+  case $1 in
+    */*) if [ -f "$1" ] && [ -x "$1" ]; then f=1; elif [ -e "$1" ]; then f=x; else f=n; fi ;;
+    *) p=$PATH:
+       while [ -n "$p" ]; do
+         q=${p%%:*}; p=${p#*:}
+         if [ -f "${q:-.}/$1" ] && [ -x "${q:-.}/$1" ]; then f=1; break; fi
+       done ;;
+  esac
+  case $f in
+    1) ;;
+    x) printf 'rog: %s: Permission denied\n' "$1" >&2; rc=126 ;;
+    n) printf 'rog: %s: No such file or directory\n' "$1" >&2; rc=127 ;;
+    *) printf 'rog: %s: command not found\n' "$1" >&2; rc=127 ;;
+  esac
+fi
 if [ "$rc" -eq 0 ]; then
   if [ -n "$tm" ]; then
     "$tm" -k "$k" "$t" "$@"; rc=$?
@@ -166,6 +188,12 @@ def render_command(
             "send large data on stdin",
         )
     return RenderedCommand(text=text, nonce=nonce)
+
+
+def validate_request(argv: Sequence[str], cwd: str | None, env: Mapping[str, str] | None) -> None:
+    """The checks :func:`render_command` makes, for carriers that do not render (the agent): one rule set,
+    the same errors on every carrier."""
+    render_command(argv, time_limit_s=1, cwd=cwd, env=env, nonce="0")
 
 
 @dataclass(frozen=True)

@@ -7,9 +7,12 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-__all__ = ["HostKeyPolicy", "MultiplexMode", "TargetSpec", "TransportSettings"]
+__all__ = ["CarrierMode", "HostKeyPolicy", "MultiplexMode", "TargetSpec", "TransportSettings"]
 
 MultiplexMode = Literal["off", "auto", "required"]
+# how commands reach a target: a persistent agent (python3 on the target), one ssh process per call, or the
+# agent where the target can run it and ssh elsewhere
+CarrierMode = Literal["auto", "agent", "ssh"]
 HostKeyPolicy = Literal["strict", "accept-new"]
 
 _FROZEN = ConfigDict(frozen=True, extra="forbid")
@@ -43,6 +46,8 @@ class TransportSettings(BaseModel):
     # limit of common MCP clients even when every byte needs JSON escaping.
     output_cap_bytes: int = Field(default=64 * 1024, ge=4096)
     capability_ttl_s: float = Field(default=120, ge=0)
+    carrier: CarrierMode = "auto"
+    agent_idle_s: float = Field(default=300, gt=0)  # an agent channel with nothing in flight is closed after
 
 
 class TargetSpec(BaseModel):
@@ -55,3 +60,4 @@ class TargetSpec(BaseModel):
     user: str | None = Field(default=None, pattern=r"^[A-Za-z0-9_.][A-Za-z0-9_.-]{0,63}$")
     port: int | None = Field(default=None, ge=1, le=65535)
     host_key_policy: HostKeyPolicy = "strict"
+    carrier: CarrierMode | None = None  # None: the transport's setting

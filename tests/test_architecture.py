@@ -1,46 +1,232 @@
-"""The package boundaries: import direction and each package's public surface."""
+"""The package boundaries: import direction (own packages and the MCP SDK), the one home of each HTTP
+client, declared dependencies against real imports, what serving imports at start-up, the sshd marker,
+and each package's public surface."""
 
 from __future__ import annotations
 
 import ast
 import importlib
+import importlib.metadata
+import json
+import re
+import subprocess
+import sys
+import tomllib
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
+OWN = ("gateway", "upstream", "remoteops")
+SDK = ("mcp", "mcp_types")
 ALLOWED = {
-    "gateway": {"gateway", "upstream", "remoteops"},
-    "upstream": {"upstream"},
+    # The composition root and the only MCP server: everything.
+    "gateway": {"gateway", "upstream", "remoteops", "mcp", "mcp_types"},
+    # An MCP *client*: the SDK's client side and the protocol types (checked further below), nothing of ours.
+    "upstream": {"upstream", "mcp", "mcp_types"},
+    # Knows nothing of MCP.
     "remoteops": {"remoteops"},
 }
 
 
-def _imports(path: Path) -> set[str]:
-    tree = ast.parse(path.read_text(encoding="utf-8"))
-    found: set[str] = set()
-    for node in ast.walk(tree):
+def _sources(package: str) -> Iterator[Path]:
+    yield from sorted((ROOT / package).rglob("*.py"))
+
+
+def _import_nodes(path: Path) -> Iterator[tuple[str, tuple[str, ...]]]:
+    """(absolute module, names taken from it) for every import, also those inside functions (lazy ones)."""
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
         if isinstance(node, ast.Import):
-            found.update(alias.name.split(".")[0] for alias in node.names)
+            for alias in node.names:
+                yield alias.name, ()
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            found.add(node.module.split(".")[0])
-    return found
+            yield node.module, tuple(alias.name for alias in node.names)
 
 
-@pytest.mark.parametrize("package", sorted(ALLOWED))
+def _imports(path: Path) -> set[str]:
+    return {module.split(".")[0] for module, _ in _import_nodes(path)}
+
+
+def _importers(top: str) -> set[str]:
+    """Modules of the three packages that import ``top`` (or a submodule of it)."""
+    return {
+        str(path.relative_to(ROOT)) for package in OWN for path in _sources(package) if top in _imports(path)
+    }
+
+
+@pytest.mark.parametrize("package", OWN)
 def test_imports_only_go_in_the_allowed_direction(package: str) -> None:
-    own = set(ALLOWED)
-    offenders = []
-    for path in sorted((ROOT / package).rglob("*.py")):
-        for name in _imports(path) & own:
-            if name not in ALLOWED[package]:
-                offenders.append(f"{path.relative_to(ROOT)} imports {name}")
+    guarded = {*OWN, *SDK}
+    offenders = [
+        f"{path.relative_to(ROOT)} imports {name}"
+        for path in _sources(package)
+        for name in sorted(_imports(path) & guarded)
+        if name not in ALLOWED[package]
+    ]
     assert offenders == []
 
 
-def test_remoteops_and_upstream_know_nothing_of_mcp_serving() -> None:
-    for path in (ROOT / "remoteops").rglob("*.py"):
-        assert "mcp" not in _imports(path), path
+def _defining_module(module: str, names: tuple[str, ...]) -> Iterator[str]:
+    """Where what an import statement takes really lives (``from mcp import Client`` → ``mcp.client…``)."""
+    if not names:
+        yield module
+        return
+    imported = importlib.import_module(module)
+    for name in names:
+        value = getattr(imported, name)
+        yield getattr(value, "__module__", None) or f"{module}.{name}"
+
+
+def test_upstream_uses_only_the_client_side_of_the_sdk() -> None:
+    offenders = []
+    for path in _sources("upstream"):
+        for module, names in _import_nodes(path):
+            if module.split(".")[0] != "mcp":
+                continue
+            for where in _defining_module(module, names):
+                if where.startswith("mcp.server"):
+                    offenders.append(f"{path.relative_to(ROOT)}: {module} {names} lives in {where}")
+    assert offenders == []
+
+
+def test_the_sdks_http_client_lives_in_the_one_module_that_builds_the_upstream_transport() -> None:
+    # The SDK's streamable-HTTP transport needs httpx2 (pydantic's fork); its exceptions are not httpx's.
+    assert _importers("httpx2") == {"upstream/_transport.py"}
+
+
+def test_the_projects_own_outbound_http_uses_httpx_in_the_gateway_only() -> None:
+    users = _importers("httpx")
+    assert users  # the watchdog self-probe
+    assert all(path.startswith("gateway/") for path in users), users
+
+
+# ------------------------------------------------------------------------------------------ dependencies
+
+# Declared distributions no module imports by name, and the code that uses them all the same.
+USED_BY_NAME = {
+    "httptools": ("gateway/_serve.py", "httptools"),  # uvicorn's C parser, chosen with http="httptools"
+}
+
+
+def _normalize(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def _declared() -> set[str]:
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]
+    out = set()
+    for requirement in project["dependencies"]:
+        match = re.match(r"[A-Za-z0-9][A-Za-z0-9._-]*", requirement)
+        assert match is not None, requirement
+        out.add(_normalize(match.group(0)))
+    return out
+
+
+def _third_party_imports() -> dict[str, set[str]]:
+    """Top-level third-party module → the distributions that provide it (from the installed metadata)."""
+    provided = importlib.metadata.packages_distributions()
+    tops = {name for package in OWN for path in _sources(package) for name in _imports(path)}
+    return {
+        top: {_normalize(dist) for dist in provided.get(top, [])}
+        for top in sorted(tops)
+        if top not in sys.stdlib_module_names and top not in OWN and top != "__future__"
+    }
+
+
+def _string_constants(path: Path) -> set[str]:
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    return {n.value for n in ast.walk(tree) if isinstance(n, ast.Constant) and isinstance(n.value, str)}
+
+
+def test_every_declared_dependency_is_used_by_the_code() -> None:
+    imported = set().union(*_third_party_imports().values())
+    unused = []
+    for dist in sorted(_declared()):
+        if dist in USED_BY_NAME:
+            where, literal = USED_BY_NAME[dist]
+            if literal not in _string_constants(ROOT / where):
+                unused.append(f"{dist} (no longer named in {where})")
+        elif dist not in imported:
+            unused.append(dist)
+    assert unused == []
+
+
+def test_every_imported_third_party_package_is_a_declared_dependency() -> None:
+    declared = _declared()
+    undeclared = {top: dists for top, dists in _third_party_imports().items() if not dists & declared}
+    assert undeclared == {}
+
+
+# ------------------------------------------------------------------------------------------ start-up
+
+# What stdio serving must not pay for at start-up (stdio clients spawn the gateway once per session):
+# the embedded demo target's SSH stack and the watchdog's HTTP client are imported when used. (The SDK
+# itself loads cryptography, for its request-state codecs.)
+NOT_FOR_SERVING = {"asyncssh", "httpx"}
+_LOADED = "import json, sys\nprint(json.dumps(sorted({m.split('.')[0] for m in sys.modules})))"
+
+
+@pytest.mark.slow  # an interpreter start-up
+def test_serving_imports_neither_the_demo_ssh_stack_nor_the_watchdog_http_client() -> None:
+    statement = "import gateway.cli, gateway._serve, gateway._runtime, gateway.tools"
+    proc = subprocess.run(
+        [sys.executable, "-c", f"{statement}\n{_LOADED}"],
+        capture_output=True,
+        check=True,
+        timeout=60,
+        cwd=ROOT,
+        text=True,
+    )
+    loaded = set(json.loads(proc.stdout))
+    assert "gateway" in loaded
+    assert loaded & NOT_FOR_SERVING == set()
+
+
+# ------------------------------------------------------------------------------------------ markers
+
+
+@pytest.mark.slow  # two in-process pytest sessions
+def test_markers_follow_the_fixtures_a_test_reaches_without_being_told(pytester: pytest.Pytester) -> None:
+    # The hook under test is the suite's own (tests/conftest.py); the fixtures here are stand-ins.
+    pytester.makeini("[pytest]\nmarkers =\n    sshd: real sshd\n    slow: slow\n")
+    pytester.makeconftest(
+        """
+import pytest
+from tests.conftest import pytest_collection_modifyitems  # noqa: F401 - the hook under test
+
+@pytest.fixture
+def sshd():
+    return "stand-in"
+
+@pytest.fixture
+def target(sshd):
+    return sshd
+
+@pytest.fixture
+def fault():
+    return "stand-in for an upstream server process"
+"""
+    )
+    pytester.makepyfile(
+        """
+def test_direct(sshd):
+    pass
+
+def test_through_another_fixture(target):
+    pass
+
+def test_with_an_upstream_process(fault):
+    pass
+
+def test_without_either():
+    pass
+"""
+    )
+    # Two selections pin every marker: exactly the direct and indirect sshd users are sshd, and exactly the
+    # upstream user is slow.
+    pytester.runpytest("-m", "sshd").assert_outcomes(passed=2, deselected=2)
+    pytester.runpytest("-m", "slow").assert_outcomes(passed=1, deselected=3)
 
 
 PUBLIC = {
@@ -69,8 +255,12 @@ PUBLIC = {
     "remoteops": {
         "CAPABILITY_TOOLS",
         "AuthError",
+        "CancelStep",
         "Capabilities",
         "Carrier",
+        "CarrierMode",
+        "CarrierState",
+        "Collection",
         "CommandTimeout",
         "ConnectError",
         "ConnectReason",
@@ -94,31 +284,53 @@ PUBLIC = {
         "HostKeyError",
         "HostKeyPolicy",
         "InvalidRequest",
+        "MissingCapability",
         "MultiplexMode",
         "MultiplexState",
         "PolicyDenied",
         "ProbeError",
+        "RawExec",
+        "RawStream",
         "RemoteOps",
         "RemoteOpsError",
         "RemoteShellError",
+        "RemoteTasks",
         "RenderedCommand",
         "SectionError",
         "StateForwardStore",
+        "StateProblem",
+        "StateStore",
         "TargetIdentity",
         "TargetInfo",
         "TargetSpec",
+        "TaskCancelResult",
+        "TaskCapabilityMissing",
+        "TaskConflict",
+        "TaskError",
+        "TaskHealth",
+        "TaskInfo",
+        "TaskMode",
+        "TaskNotFound",
+        "TaskOutput",
+        "TaskRemoteError",
+        "TaskSettings",
+        "TaskState",
+        "TaskStream",
+        "TaskWaitResult",
         "TransportError",
         "TransportLost",
         "TransportSettings",
         "TransportStats",
         "UnknownTarget",
         "UnresolvedHost",
+        "WaitOutcome",
+        "atomic_write",
         "render_command",
     },
 }
 
 
-@pytest.mark.parametrize("package", sorted(ALLOWED))
+@pytest.mark.parametrize("package", OWN)
 def test_each_package_public_surface_is_pinned(package: str) -> None:
     module = importlib.import_module(package)
     exported = list(module.__all__)

@@ -16,7 +16,10 @@ from tests.fixtures.procs import processes_mentioning
 
 ROOT = Path(__file__).resolve().parents[1]
 
-pytestmark = pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed")
+pytestmark = [
+    pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed"),
+    pytest.mark.slow,
+]
 
 
 def test_bench_relay_runs_and_prints_its_rows() -> None:

@@ -37,6 +37,7 @@ def test_the_exec_benchmark_prints_a_table_with_every_row() -> None:
     for row in bench_exec.ROWS:
         assert f"| {row} |" in done.stdout, done.stdout
     assert "Gateway RSS" in done.stdout
+    assert "| aim | target | measured | met |" in done.stdout
 
 
 def test_the_exec_benchmark_json_reports_every_row_and_cleans_up() -> None:
@@ -45,9 +46,12 @@ def test_the_exec_benchmark_json_reports_every_row_and_cleans_up() -> None:
     report = json.loads(done.stdout)
     assert [row["subject"] for row in report["rows"]] == list(bench_exec.ROWS)
     calls = {row["subject"]: row["calls"] for row in report["rows"]}
-    assert calls[bench_exec.ROW_RAW] == calls[bench_exec.ROW_GW] == 3
-    assert calls[bench_exec.ROW_GW_BURST] == bench_exec.BURST
+    assert {calls[name] for name in bench_exec.SERIAL_ROWS} == {3}
+    assert calls[bench_exec.ROW_COLD_AGENT] == bench_exec.COLD
+    assert calls[bench_exec.ROW_GW_AGENT_BURST] == bench_exec.BURST
+    assert calls[bench_exec.ROW_GW_AGENT_BIG] == bench_exec.BIG_BURST
     assert all(row["failures"] == 0 for row in report["rows"])
+    assert {aim["what"] for aim in report["aims"]} >= {"gateway idle RSS"}
     work = report["workdir"]
     assert not Path(work).exists()
     assert processes_mentioning(work) == []  # masters, gateway: all terminated and reaped

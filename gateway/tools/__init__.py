@@ -5,11 +5,11 @@ from __future__ import annotations
 from typing import Any
 
 from gateway._catalog import ToolSpec
-from gateway.tools import forwards, health, remote
+from gateway.tools import forwards, health, remote, tasks
 
 __all__ = ["all_specs"]
 
 
 def all_specs() -> list[ToolSpec[Any, Any]]:
     """Every own tool, in catalog order."""
-    return [*health.SPECS, *remote.SPECS, *forwards.SPECS]
+    return [*health.SPECS, *remote.SPECS, *tasks.SPECS, *forwards.SPECS]

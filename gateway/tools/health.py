@@ -20,7 +20,10 @@ class HealthIn(Input):
 class AuditHealth(Output):
     path: str
     records_written: int
-    healthy: bool
+    records_failed: int = Field(description="Records the file refused (write errors); never silent.")
+    records_dropped: int = Field(description="Records dropped because the write queue was full.")
+    records_pending: int = Field(description="Records queued, not yet on disk.")
+    healthy: bool = Field(description="False while writes fail or records are dropped.")
     last_error: str | None
 
 
@@ -36,10 +39,14 @@ class HealthOut(Output):
         description="Own tools disabled by the operator's toolset/include/exclude choice."
     )
     audit: AuditHealth
-    transport: dict[str, Any] = Field(description="ControlMaster pool counters and multiplex state.")
+    transport: dict[str, Any] = Field(
+        description="ControlMaster pool counters and multiplex state; per target its carrier (agent | ssh)."
+    )
     upstreams: list[dict[str, Any]] = Field(
         description="Per upstream: state, identity, counters, dropped/renamed."
     )
+    tasks: dict[str, Any] = Field(description="Remote tasks: counts by state, remote directory, retention.")
+    state: dict[str, Any] = Field(description="The state store: its directory and records moved aside.")
     forwards: dict[str, Any] = Field(
         description="Managed SSH forwards: active, lost, adopted after a restart, counters."
     )
@@ -59,16 +66,20 @@ async def gateway_health(ctx: ToolContext, _: HealthIn) -> HealthOut:
         audit=AuditHealth.model_validate(rt.audit.status()),
         transport=rt.remote.stats().model_dump(mode="json"),
         upstreams=rt.redactor.any(rt.relay.health()),  # last errors may quote credentials
+        tasks=rt.tasks.health().model_dump(mode="json"),
+        state=rt.state.status(),
         forwards=rt.forwards.stats(),
     )
 
 
 def _render(out: HealthOut) -> str:
     ups = ", ".join(f"{u.get('name')}={u.get('state')}" for u in out.upstreams) or "none"
+    carriers = out.transport.get("carriers") or {}
+    used = ", ".join(f"{name}={c.get('carrier') or '-'}" for name, c in carriers.items()) or "none"
     return (
         f"remoteops-gateway {out.version} up {out.uptime_s:.0f}s; toolsets {','.join(out.toolsets)}; "
         f"{out.own_tools} own + {out.relayed_tools} relayed tools ({len(out.filtered_out)} filtered out); "
-        f"upstreams: {ups}; audit {'ok' if out.audit.healthy else 'FAILING'}"
+        f"upstreams: {ups}; carriers: {used}; audit {'ok' if out.audit.healthy else 'FAILING'}"
     )
 
 
@@ -77,7 +88,8 @@ SPECS: list[ToolSpec[Any, Any]] = [
         name="gateway_health",
         title="Gateway health",
         description="Version, uptime, enabled toolsets, tool counts (own, relayed, filtered out), audit-log "
-        "status, SSH transport counters, upstream state and managed forwards.",
+        "status, SSH transport counters, upstream state, task counts, state-store problems and managed "
+        "forwards.",
         input_model=HealthIn,
         output_model=HealthOut,
         toolset=Toolset.INSPECT,

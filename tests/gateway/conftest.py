@@ -8,6 +8,7 @@ from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from pathlib import Path
 from typing import Any
 
+import anyio
 import pytest
 from mcp import Client
 
@@ -20,6 +21,13 @@ from gateway.tools import all_specs
 from tests.upstream.conftest import FaultServer, running_fault
 
 ClientFactory = Callable[..., AbstractAsyncContextManager[tuple[Client, Runtime]]]
+
+
+async def read_audit(rt: Runtime) -> str:
+    """The audit file's text once every record handed to the (asynchronous) writer is on disk (bounded)."""
+    with anyio.fail_after(10):
+        await rt.audit.flush()
+    return rt.settings.audit_path.read_text(encoding="utf-8")
 
 
 @pytest.fixture

@@ -2,10 +2,19 @@
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
+import gc
 import hashlib
 import json
+import os
+import threading
+import time
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
+import anyio
 import pytest
 from structlog.testing import capture_logs
 
@@ -41,26 +50,238 @@ def test_known_secrets_are_redacted_anywhere() -> None:
     assert SECRET not in r.text(f"the upstream said {SECRET} out loud")
 
 
-def test_audit_file_rotates_by_size(tmp_path: Path) -> None:
-    log = AuditLog(tmp_path / "audit.jsonl", max_bytes=4096, backups=2, redactor=Redactor())
-    for i in range(200):
-        log.tool_call(
-            request_id=str(i),
-            principal="p",
-            tool="t",
-            toolset="inspect",
-            target=None,
-            outcome="ok",
-            error_code=None,
-            duration_ms=1.0,
-            arguments={"i": i},
-        )
-    files = sorted(p.name for p in tmp_path.iterdir())
+def _record(log: AuditLog, i: int, **arguments: Any) -> None:
+    log.tool_call(
+        request_id=str(i),
+        principal="p",
+        tool="t",
+        toolset="inspect",
+        target=None,
+        outcome="ok",
+        error_code=None,
+        duration_ms=1.0,
+        arguments={"i": i, **arguments},
+    )
+
+
+@pytest.mark.anyio
+async def test_audit_file_rotates_by_size_and_every_file_stays_0600(tmp_path: Path) -> None:
+    async with AuditLog(tmp_path / "audit.jsonl", max_bytes=4096, backups=2, redactor=Redactor()) as log:
+        for i in range(200):
+            _record(log, i)
+            if i % 20 == 0:  # let the writer run between bursts so rotation happens across batches too
+                with anyio.fail_after(5):
+                    await log.flush()
+    assert log.status()["records_written"] == 200
+    _assert_rotated(tmp_path, last_request_id="199")
+
+
+def _assert_rotated(directory: Path, *, last_request_id: str) -> None:
+    files = sorted(p.name for p in directory.iterdir())
     assert files == ["audit.jsonl", "audit.jsonl.1", "audit.jsonl.2"]
-    assert all((tmp_path / f).stat().st_size <= 4096 for f in files)
-    assert (tmp_path / "audit.jsonl").stat().st_mode & 0o777 == 0o600
-    last = (tmp_path / "audit.jsonl").read_text().splitlines()[-1]
-    assert json.loads(last)["request_id"] == "199"
+    assert all((directory / f).stat().st_size <= 4096 for f in files)
+    assert all((directory / f).stat().st_mode & 0o777 == 0o600 for f in files)
+    last = (directory / "audit.jsonl").read_text().splitlines()[-1]
+    assert json.loads(last)["request_id"] == last_request_id
+
+
+@pytest.mark.anyio
+async def test_a_torn_last_line_never_swallows_the_next_record(tmp_path: Path) -> None:
+    path = tmp_path / "audit.jsonl"
+    path.write_text('{"tool": "complete"}\n{"tool": "torn by a crash', encoding="utf-8")
+    path.chmod(0o644)
+    async with AuditLog(path, max_bytes=1 << 20, backups=1, redactor=Redactor()) as log:
+        _record(log, 1)
+        with anyio.fail_after(5):
+            await log.flush()
+        _record(log, 2)
+    lines = path.read_text(encoding="utf-8").splitlines()
+    assert lines[:2] == ['{"tool": "complete"}', '{"tool": "torn by a crash']
+    assert [json.loads(line)["request_id"] for line in lines[2:]] == ["1", "2"]
+    assert path.stat().st_mode & 0o777 == 0o600  # a pre-existing wider mode is narrowed
+
+
+@pytest.mark.anyio
+async def test_a_full_queue_drops_records_counted_logged_once_and_shown(tmp_path: Path) -> None:
+    path = tmp_path / "audit.jsonl"
+    async with AuditLog(path, max_bytes=1 << 20, backups=1, redactor=Redactor(), queue_records=4) as log:
+        with capture_logs() as logs:
+            for i in range(9):  # one burst without yielding: the writer cannot drain in between
+                _record(log, i)
+            status = log.status()
+            assert status["healthy"] is False
+            assert status["records_dropped"] == 5
+            with anyio.fail_after(5):
+                await log.flush()
+            _record(log, 9)  # the queue has room again: the next record is written and health recovers
+            with anyio.fail_after(5):
+                await log.flush()
+        status = log.status()
+    assert [e["event"] for e in logs if e["log_level"] == "error"] == ["audit_write_failed"]
+    assert [e["event"] for e in logs if e["log_level"] == "warning"] == ["audit_write_recovered"]
+    assert status["healthy"] is True
+    assert (status["records_written"], status["records_dropped"], status["records_pending"]) == (5, 5, 0)
+    written = [json.loads(line)["request_id"] for line in path.read_text().splitlines()]
+    assert written == ["0", "1", "2", "3", "9"]
+
+
+@contextlib.contextmanager
+def _without_gc_pauses() -> Iterator[None]:
+    """A full collection of this test process's heap (pytest, hypothesis, the SDK, the client) pauses the
+    loop for 50-130 ms by itself; the measurement is about the audit path, so collections wait."""
+    gc.collect()
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.enable()
+
+
+class _Ticker:
+    """Measures the event loop's largest scheduling gap while it runs."""
+
+    def __init__(self) -> None:
+        self.largest_gap_ms = 0.0
+
+    async def run(self) -> None:
+        last = time.perf_counter()
+        while True:
+            await anyio.sleep(0.001)
+            now = time.perf_counter()
+            self.largest_gap_ms = max(self.largest_gap_ms, (now - last) * 1000)
+            last = now
+
+
+async def _calls(client: Any, count: int, concurrency: int = 20) -> None:
+    async def one(i: int) -> None:
+        result = await client.call_tool("gateway_health", {})
+        assert result.is_error is not True, i
+
+    for start in range(0, count, concurrency):
+        async with anyio.create_task_group() as tg:
+            for i in range(start, min(count, start + concurrency)):
+                tg.start_soon(one, i)
+
+
+@pytest.mark.anyio
+async def test_the_event_loop_keeps_ticking_while_200_audited_calls_run(
+    gateway_client: ClientFactory,
+) -> None:
+    ticker = _Ticker()
+    async with gateway_client() as (client, rt):
+        await client.call_tool("gateway_health", {})  # warm-up: the client's first tools/list, schemas built
+        with _without_gc_pauses():
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(ticker.run)
+                with anyio.fail_after(60):
+                    await _calls(client, 200)
+                    await rt.audit.flush()
+                tg.cancel_scope.cancel()
+        lines = rt.settings.audit_path.read_text(encoding="utf-8").splitlines()
+    print(f"largest event-loop gap during 200 audited calls: {ticker.largest_gap_ms:.1f} ms")
+    assert len(lines) == 201
+    assert ticker.largest_gap_ms < 100
+
+
+def _small_fifo(path: Path) -> tuple[int, int]:
+    """A FIFO with a 4 KiB buffer: the test's read end (non-blocking) and a spare write end, which keeps the
+    read end from seeing end-of-file between the audit writer's batches."""
+    os.mkfifo(path, 0o600)
+    reader = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    keeper = os.open(path, os.O_WRONLY | os.O_NONBLOCK)
+    fcntl.fcntl(reader, fcntl.F_SETPIPE_SZ, 4096)
+    return reader, keeper
+
+
+@pytest.mark.anyio
+async def test_closing_with_a_stuck_disk_is_bounded_and_counts_what_was_not_written(tmp_path: Path) -> None:
+    fifo = tmp_path / "audit.fifo"
+    reader, keeper = _small_fifo(fifo)
+    try:
+        log = AuditLog(fifo, max_bytes=1 << 20, backups=1, redactor=Redactor(), close_timeout_s=0.2)
+        with capture_logs() as logs, anyio.fail_after(10):
+            async with log:
+                for i in range(50):  # ~15 KiB into a 4 KiB pipe nobody reads: the writer blocks
+                    _record(log, i, note="x" * 200)
+        status = log.status()
+    finally:
+        os.close(reader)  # the blocked write(2) in the abandoned worker now fails (EPIPE) and it ends
+        os.close(keeper)
+    assert status["healthy"] is False
+    assert status["records_pending"] == 0
+    assert status["records_written"] + status["records_failed"] == 50
+    assert status["records_failed"] > 0
+    assert [e["event"] for e in logs if e["log_level"] == "error"] == ["audit_write_failed"]
+
+
+@pytest.mark.anyio
+async def test_a_fifo_without_a_reader_is_a_failed_write_never_a_wait(tmp_path: Path) -> None:
+    fifo = tmp_path / "audit.fifo"
+    os.mkfifo(fifo, 0o600)
+    with capture_logs() as logs:
+        async with AuditLog(fifo, max_bytes=1 << 20, backups=1, redactor=Redactor()) as log:
+            _record(log, 1)
+            with anyio.fail_after(5):
+                await log.flush()
+            status = log.status()
+    assert [e["event"] for e in logs if e["log_level"] == "error"] == ["audit_write_failed"]
+    assert (status["records_written"], status["records_failed"], status["healthy"]) == (0, 1, False)
+    assert status["last_error"].startswith("OSError")  # ENXIO: no process has the FIFO open for reading
+
+
+@pytest.mark.anyio
+async def test_a_stalled_audit_disk_never_stalls_the_event_loop(
+    gateway_client: ClientFactory, tmp_path: Path
+) -> None:
+    # The audit "disk" is a FIFO whose 4 KiB buffer nobody reads while the calls run: the writer blocks in
+    # write(2) after a dozen records. The loop must not notice; the records wait in the bounded queue and
+    # all arrive, whole, once the disk moves again.
+    fifo = tmp_path / "audit.fifo"
+    holder, keeper = _small_fifo(fifo)
+    released = threading.Event()
+
+    def unblock_if_stuck() -> None:  # bounds the failure mode: a loop blocked in write(2) cannot time out
+        if released.wait(10):
+            return
+        while not released.is_set():
+            with contextlib.suppress(BlockingIOError):
+                os.read(holder, 65536)
+            released.wait(0.01)
+
+    backup = threading.Thread(target=unblock_if_stuck, daemon=True)
+    backup.start()
+    ticker = _Ticker()
+    received = b""
+    try:
+        async with gateway_client(audit={"path": str(fifo)}) as (client, rt):
+            await client.call_tool("gateway_health", {})  # warm-up, as above
+            with _without_gc_pauses():
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(ticker.run)
+                    with anyio.fail_after(60):
+                        await _calls(client, 200)
+                    pending = rt.audit.status()["records_pending"]
+                    tg.cancel_scope.cancel()
+            released.set()
+            with anyio.fail_after(30):
+                while received.count(b"\n") < 201:
+                    await anyio.wait_readable(holder)
+                    with contextlib.suppress(BlockingIOError):
+                        received += os.read(holder, 65536)
+                await rt.audit.flush()
+            status = rt.audit.status()
+    finally:
+        released.set()
+        backup.join(5)
+        os.close(holder)
+        os.close(keeper)
+    print(f"largest event-loop gap, audit disk stalled: {ticker.largest_gap_ms:.1f} ms ({pending} queued)")
+    assert pending > 0  # the disk really was stalled while the calls ran
+    assert ticker.largest_gap_ms < 100
+    records = [json.loads(line) for line in received.splitlines()]
+    assert len(records) == 201
+    assert {r["tool"] for r in records} == {"gateway_health"}
+    assert (status["records_written"], status["records_dropped"], status["records_failed"]) == (201, 0, 0)
 
 
 @pytest.mark.anyio
@@ -73,6 +294,8 @@ async def test_a_planted_secret_never_reaches_the_audit_file(
         assert result.is_error is True
         assert SECRET not in str(result.model_dump())
         await client.call_tool("gateway_health", {})
+        with anyio.fail_after(5):
+            await rt.audit.flush()
         audit_text = rt.settings.audit_path.read_text()
     records = [json.loads(line) for line in audit_text.splitlines()]
     assert len(records) == 2
@@ -104,9 +327,11 @@ async def test_an_unwritable_audit_file_shows_in_health_without_failing_calls(
 ) -> None:
     blocked = tmp_path / "audit-is-a-directory"
     blocked.mkdir()
-    async with gateway_client(audit={"path": str(blocked)}) as (client, _):
+    async with gateway_client(audit={"path": str(blocked)}) as (client, rt):
         with capture_logs() as logs:
             first = await client.call_tool("gateway_health", {})
+            with anyio.fail_after(5):
+                await rt.audit.flush()
         assert [e["event"] for e in logs if e["log_level"] == "error"] == ["audit_write_failed"]
         assert first.is_error is not True
         second = await client.call_tool("gateway_health", {})

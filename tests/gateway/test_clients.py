@@ -230,6 +230,8 @@ HEALTH_FIELDS = {
     "audit",
     "transport",
     "upstreams",
+    "tasks",
+    "state",
 }
 
 

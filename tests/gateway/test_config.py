@@ -78,6 +78,7 @@ def _cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedP
     )
 
 
+@pytest.mark.slow  # runs the CLI as a subprocess
 def test_config_check_prints_the_effective_configuration_with_secrets_masked(tmp_path: Path) -> None:
     secret = "upstream-Secret-Header-Value-42"
     cfg = tmp_path / "g.toml"
@@ -95,6 +96,7 @@ def test_config_check_prints_the_effective_configuration_with_secrets_masked(tmp
     assert data["server"]["port"] == 8765
 
 
+@pytest.mark.slow  # runs the CLI as a subprocess
 def test_config_check_fails_with_exit_2_and_names_the_key(tmp_path: Path) -> None:
     cfg = tmp_path / "g.toml"
     cfg.write_text("[tools]\ntoolset = ['inspect']\n")
@@ -104,6 +106,7 @@ def test_config_check_fails_with_exit_2_and_names_the_key(tmp_path: Path) -> Non
     assert str(cfg) in out.stderr
 
 
+@pytest.mark.slow  # runs the CLI as a subprocess
 def test_config_check_rejects_an_unknown_toolset(tmp_path: Path) -> None:
     cfg = tmp_path / "g.toml"
     cfg.write_text("[tools]\ntoolsets = ['inspect', 'exec']\n")

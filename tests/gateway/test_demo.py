@@ -19,6 +19,8 @@ from mcp.client.streamable_http import streamable_http_client
 
 from tests.fixtures.gateway_proc import GatewayProcess, run_gateway, write_config
 
+pytestmark = pytest.mark.slow  # every test runs the demo as a subprocess
+
 
 @pytest.fixture
 def short_dir() -> Iterator[Path]:

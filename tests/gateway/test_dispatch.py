@@ -12,7 +12,7 @@ from gateway._catalog import Toolset, ToolSpec
 from gateway._context import ToolContext
 from gateway._dispatch import error_payload, oversized_argument
 from gateway.tools._base import Input, Output
-from tests.gateway.conftest import ClientFactory
+from tests.gateway.conftest import ClientFactory, read_audit
 
 
 class _BoomIn(Input):
@@ -84,7 +84,7 @@ async def test_an_unexpected_exception_becomes_internal_error_with_a_logged_inci
         incident = err["details"]["incident"]
         assert "kaboom" not in str(result.model_dump())  # no exception text or traceback to the client
         assert any(e.get("incident") == incident and e["event"] == "internal_error" for e in logs)
-        audit = rt.settings.audit_path.read_text()
+        audit = await read_audit(rt)
         assert incident in audit
         # the server survived: the next call works
         ok = await client.call_tool("gateway_health", {})

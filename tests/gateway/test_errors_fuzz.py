@@ -131,9 +131,8 @@ async def _gateway(workdir: Path) -> AsyncIterator[tuple[Client, list[types.Tool
             "transport": {
                 "control_dir": str(workdir / "cm"),
                 "exec_timeout_default_s": 2,
-                # Not lower: remoteops probes capabilities with a fixed 30 s limit and refuses it with a
-                # bare ValueError (-> internal_error) under a smaller ceiling (found by this test).
-                "exec_timeout_max_s": 30,
+                # Below the 30 s capability probe: the gateway's own probes obey the operator's ceiling.
+                "exec_timeout_max_s": 5,
             },
         }
     )

@@ -16,6 +16,8 @@ from mcp.client.streamable_http import streamable_http_client
 
 from tests.fixtures.gateway_proc import GatewayProcess, run_gateway
 
+pytestmark = pytest.mark.slow  # every test talks to a real gateway subprocess
+
 INIT = {
     "jsonrpc": "2.0",
     "id": 1,

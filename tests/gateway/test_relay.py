@@ -205,6 +205,7 @@ async def test_own_tools_keep_answering_through_an_upstream_kill_and_relaying_re
         assert back.structured_content == {"text": "back"}
 
 
+@pytest.mark.slow  # starts its own upstream process
 async def test_a_gateway_started_while_the_upstream_is_down_serves_its_own_tools_and_relays_once_it_is_up(
     tmp_path: Path,
 ) -> None:
@@ -238,6 +239,7 @@ async def test_a_gateway_started_while_the_upstream_is_down_serves_its_own_tools
         fault.stop()
 
 
+@pytest.mark.slow  # starts its own upstream process
 async def test_a_stdio_upstream_killed_mid_call_gives_upstream_ambiguous_and_is_respawned(
     tmp_path: Path,
 ) -> None:

@@ -10,6 +10,7 @@ from pathlib import Path
 import anyio
 import pytest
 
+from tests.gateway.conftest import read_audit
 from tests.gateway.test_relay import Inbox, entry, poll_upstream, serve_gateway, wait_listed
 from tests.upstream.conftest import FaultServer
 
@@ -36,7 +37,7 @@ async def test_a_bearer_token_rotated_between_connections_is_redacted_like_the_f
         with anyio.fail_after(30):
             await poll_upstream(client, lambda u: u["state"] == "connected" and u["connect_successes"] >= 2)
             rotated = await client.call_tool("count", {"call_id": ROTATED})
-        audit = rt.settings.audit_path.read_text(encoding="utf-8")
+        audit = await read_audit(rt)
     assert first.is_error is not True
     assert rotated.is_error is not True
     assert fault.counts() == {FIRST: 1, ROTATED: 1}  # the calls carried the tokens to the upstream...

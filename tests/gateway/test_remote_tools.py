@@ -19,7 +19,7 @@ import pytest
 
 from gateway._dispatch import error_payload
 from tests.fixtures.sshd import SshdInstance
-from tests.gateway.conftest import ClientFactory
+from tests.gateway.conftest import ClientFactory, read_audit
 
 SECRET = "Planted-Secret-For-Exec-0x5eed"
 
@@ -177,7 +177,7 @@ async def test_secrets_in_stdin_and_env_never_reach_the_audit_file_or_the_log(
             },
         )
         assert result.structured_content["stdout"] == "done\n"
-        audit = rt.settings.audit_path.read_text()
+        audit = await read_audit(rt)
         health = await client.call_tool("gateway_health", {})
     record = json.loads(audit.splitlines()[0])
     assert record["tool"] == "remote_exec"

@@ -14,6 +14,7 @@ from mcp import Client, StdioServerParameters
 from tests.fixtures.gateway_proc import write_config
 
 
+@pytest.mark.slow  # spawns the gateway over stdio
 @pytest.mark.anyio
 async def test_an_mcp_client_lists_and_calls_tools_over_stdio(tmp_path: Path) -> None:
     cfg = write_config(tmp_path / "g.toml", {"state_dir": str(tmp_path / "state")})
@@ -29,6 +30,7 @@ async def test_an_mcp_client_lists_and_calls_tools_over_stdio(tmp_path: Path) ->
         assert result.structured_content["audit"]["healthy"] is True
 
 
+@pytest.mark.slow  # spawns the gateway over stdio
 def test_stdout_carries_only_json_rpc(tmp_path: Path) -> None:
     cfg = write_config(tmp_path / "g.toml", {"state_dir": str(tmp_path / "state"), "log_level": "debug"})
     messages = [

@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 import remoteops
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -34,6 +36,7 @@ def test_import_remoteops_loads_neither_asyncssh_nor_cryptography() -> None:
     assert "EmbeddedTarget" not in remoteops.__all__
 
 
+@pytest.mark.slow  # three interpreter start-ups
 def test_the_embedded_target_loads_asyncssh_only_when_imported_explicitly() -> None:
     assert "asyncssh" in _packages_after("from remoteops.embedded import EmbeddedTarget")
     assert "asyncssh" not in _packages_after("import gateway._demo")  # imported when the demo starts

@@ -147,7 +147,10 @@ async def test_a_wedged_socket_at_the_control_path_is_replaced_by_a_fresh_master
     short_tmp: Path,
 ) -> None:
     async with EmbeddedTarget(short_tmp / "w", alias="emb") as target:
-        settings = TransportSettings(ssh_config_file=target.ssh_config_path, control_dir=short_tmp / "c")
+        # carrier ssh: the pool accounting below counts one master use per call (an agent holds one channel)
+        settings = TransportSettings(
+            ssh_config_file=target.ssh_config_path, control_dir=short_tmp / "c", carrier="ssh"
+        )
         targets = [TargetSpec(name="emb", host=target.alias)]
         async with RemoteOps(settings, targets) as ops:
             with anyio.fail_after(30):
@@ -174,8 +177,11 @@ async def test_a_wedged_socket_at_the_control_path_is_replaced_by_a_fresh_master
 
 async def test_a_live_master_answers_the_in_process_mux_check_before_every_reuse(short_tmp: Path) -> None:
     async with EmbeddedTarget(short_tmp / "w", alias="emb") as target:
-        settings = TransportSettings(
-            ssh_config_file=target.ssh_config_path, control_dir=short_tmp / "c", master_check_idle_s=0
+        settings = TransportSettings(  # carrier ssh: one master reuse per call is what is counted
+            ssh_config_file=target.ssh_config_path,
+            control_dir=short_tmp / "c",
+            master_check_idle_s=0,
+            carrier="ssh",
         )
         async with RemoteOps(settings, [TargetSpec(name="emb", host=target.alias)]) as ops:
             with anyio.fail_after(30):

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import subprocess
 import time
+from collections.abc import Iterator
 
 import pytest
-from anyio.from_thread import BlockingPortal
+from anyio.from_thread import BlockingPortal, start_blocking_portal
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -14,6 +15,7 @@ from remoteops import RemoteOps, render_command
 from remoteops._capture import HeadTail, clip
 from remoteops._render import parse_markers
 from remoteops._resolve import parse_ssh_g
+from tests.remoteops.conftest import OpsFactory
 
 NASTY = [
     "", " ", "'", '"', "\\", "$(id)", "`id`", "${HOME}", "$HOME", ";", "&&", "|", "\n", "a\nb", "-n", "-e",
@@ -30,17 +32,30 @@ def expected(args: list[str]) -> str:
     return "".join(a + "\0" for a in args) if args else "\0"
 
 
+@pytest.fixture(params=["agent", "ssh"])
+def carrier_ops(
+    request: pytest.FixtureRequest, ops_factory: OpsFactory
+) -> Iterator[tuple[BlockingPortal, RemoteOps]]:
+    """One RemoteOps on one carrier, living in a portal thread (hypothesis tests are sync)."""
+    with (
+        start_blocking_portal("asyncio") as portal,
+        portal.wrap_async_context_manager(ops_factory(carrier=request.param)) as ops,
+    ):
+        yield portal, ops
+
+
 @pytest.mark.sshd
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(args=ARGS)
-def test_any_argv_executes_literally_on_the_target(
-    portal_ops: tuple[BlockingPortal, RemoteOps], args: list[str]
+def test_any_argv_executes_literally_on_the_target_over_either_carrier(
+    carrier_ops: tuple[BlockingPortal, RemoteOps], args: list[str]
 ) -> None:
-    portal, ops = portal_ops
-    result = portal.call(lambda: ops.run("plain", ["printf", "%s\\0", *args]))
-    assert result.exit_code == 0
-    assert result.stdout == expected(args)
-    assert result.stderr == ""
+    portal, ops = carrier_ops
+    raw = portal.call(lambda: ops.exec_raw("plain", ["printf", "%s\\0", *args]))
+    assert raw.carrier == ops.stats().carriers["plain"].mode
+    assert raw.exit_code == 0
+    assert raw.stdout.head + raw.stdout.tail == expected(args).encode()
+    assert raw.stderr.head + raw.stderr.tail == b""
 
 
 @settings(max_examples=150, deadline=None)

@@ -152,7 +152,9 @@ async def test_auto_mode_falls_back_to_a_one_shot_connection_when_no_master_can_
     ops_factory: OpsFactory, shared_dir: Path
 ) -> None:
     counter = shared_dir / "ran"
-    async with ops_factory(multiplex="auto", ssh_binary=str(_no_master_ssh(shared_dir))) as ops:
+    # one ssh per call: the pool is asked (and falls back) for every call
+    ssh = str(_no_master_ssh(shared_dir))
+    async with ops_factory(multiplex="auto", ssh_binary=ssh, carrier="ssh") as ops:
         result = await ops.run("plain", ["touch", str(counter)])
         again = await ops.run("plain", ["true"])
         stats = ops.stats()
@@ -178,7 +180,7 @@ async def test_long_control_directory_paths_still_work(ops_factory: OpsFactory, 
 
 
 async def test_masters_are_reused_and_closed_on_exit(ops_factory: OpsFactory) -> None:
-    async with ops_factory() as ops:
+    async with ops_factory(carrier="ssh") as ops:  # one ssh per call: every call reuses the master
         for _ in range(3):
             await ops.run("plain", ["true"])
         pid = await master_pid(ops, "plain")
@@ -189,7 +191,8 @@ async def test_masters_are_reused_and_closed_on_exit(ops_factory: OpsFactory) ->
 
 
 async def test_lru_eviction_keeps_live_masters_bounded(ops_factory: OpsFactory) -> None:
-    async with ops_factory(max_masters=1) as ops:
+    # one ssh per call: no agent channel keeps a master busy (tests/remoteops/test_agent.py covers that)
+    async with ops_factory(max_masters=1, carrier="ssh") as ops:
         await ops.run("plain", ["true"])
         first = await master_pid(ops, "plain")
         await ops.run("sudo", ["true"])

@@ -1,0 +1,288 @@
+"""Long-running remote tasks: thin adapters over :class:`remoteops.RemoteTasks`."""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated, Any, Literal, Self
+
+from pydantic import Field, field_validator, model_validator
+
+from gateway._catalog import Toolset, ToolSpec
+from gateway._context import ToolContext
+from gateway._errors import ErrorCode, ToolFailure
+from gateway.tools._base import Input, Output
+from remoteops import TaskCancelResult, TaskInfo, TaskOutput, TaskState, TaskStream, TaskWaitResult
+
+__all__ = ["SPECS"]
+
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+TaskId = Annotated[
+    str, Field(pattern=r"^t-[0-9a-f]{16}$", description="A task ID as returned by task_start.")
+]
+TargetName = Annotated[str, Field(min_length=1, max_length=128, description="A configured target name.")]
+
+
+class TaskStartIn(Input):
+    target: TargetName
+    argv: list[str] | None = Field(
+        None, min_length=1, description="Program and arguments, executed literally (no shell). Preferred."
+    )
+    shell: str | None = Field(None, min_length=1, description="A POSIX sh command string, run as sh -c.")
+    cwd: str | None = Field(None, min_length=1, description="Working directory on the target.")
+    env: dict[str, str] = Field(
+        default_factory=dict,
+        description="Extra environment variables. They travel on stdin into a 0600 file on the target; "
+        "only their names are recorded.",
+    )
+
+    @field_validator("env")
+    @classmethod
+    def _env_names(cls, value: dict[str, str]) -> dict[str, str]:
+        bad = sorted(name for name in value if not _ENV_NAME.match(name))
+        if bad:
+            raise ValueError(f"invalid environment variable name(s): {', '.join(bad)}")
+        return value
+
+    @model_validator(mode="after")
+    def _one_command(self) -> Self:
+        if (self.argv is None) == (self.shell is None):
+            raise ValueError("give exactly one of argv or shell")
+        return self
+
+
+class TaskIdIn(Input):
+    task_id: TaskId
+
+
+class TaskOutputIn(Input):
+    task_id: TaskId
+    stream: TaskStream = Field("combined", description="combined (both, in arrival order), stdout or stderr.")
+    since: int | None = Field(
+        None, ge=0, description="Byte offset to read from (the previous call's next_offset). Default 0."
+    )
+    max_bytes: int | None = Field(
+        None, ge=4, description="At most this many bytes (default and ceiling: tasks.output_max_bytes)."
+    )
+    tail: bool = Field(False, description="Return the last max_bytes instead of reading from `since`.")
+    encoding: Literal["text", "base64"] = Field(
+        "text", description="text: UTF-8 (an incomplete trailing character waits for the next call)."
+    )
+
+    @model_validator(mode="after")
+    def _tail_or_since(self) -> Self:
+        if self.tail and self.since is not None:
+            raise ValueError("give either tail or since, not both")
+        return self
+
+
+class TaskWaitIn(Input):
+    task_id: TaskId
+    timeout_s: float | None = Field(
+        None, ge=0, description="Wait at most this long (default tasks.wait_default_s, 30 s)."
+    )
+    pattern: str | None = Field(
+        None,
+        min_length=1,
+        max_length=1000,
+        description="POSIX extended regex (grep -E) matched per line against new output.",
+    )
+    since: int | None = Field(
+        None, ge=0, description="Match output from this byte offset (default: output after the call)."
+    )
+
+    @field_validator("pattern")
+    @classmethod
+    def _one_line(cls, value: str | None) -> str | None:
+        if value is not None and ("\n" in value or "\0" in value):
+            raise ValueError("pattern must be one line")
+        return value
+
+
+class TaskListIn(Input):
+    target: TargetName | None = None
+    state: TaskState | None = None
+    limit: int | None = Field(None, ge=1, description="At most this many (ceiling tasks.list_max).")
+
+
+class TaskListOut(Output):
+    tasks: list[TaskInfo]
+    total: int = Field(description="How many tasks matched the filters (the list may be shorter).")
+    truncated: bool
+
+
+def _invalid(exc: ValueError) -> ToolFailure:
+    return ToolFailure(ErrorCode.VALIDATION_ERROR, str(exc))
+
+
+async def task_start(ctx: ToolContext, args: TaskStartIn) -> TaskInfo:
+    try:
+        return await ctx.runtime.tasks.start(args.target, args.argv, args.shell, cwd=args.cwd, env=args.env)
+    except ValueError as exc:
+        raise _invalid(exc) from None
+
+
+async def task_status(ctx: ToolContext, args: TaskIdIn) -> TaskInfo:
+    return await ctx.runtime.tasks.status(args.task_id)
+
+
+async def task_output(ctx: ToolContext, args: TaskOutputIn) -> TaskOutput:
+    try:
+        return await ctx.runtime.tasks.output(
+            args.task_id,
+            stream=args.stream,
+            since=args.since,
+            max_bytes=args.max_bytes,
+            tail=args.tail,
+            encoding=args.encoding,
+        )
+    except ValueError as exc:
+        raise _invalid(exc) from None
+
+
+async def task_wait(ctx: ToolContext, args: TaskWaitIn) -> TaskWaitResult:
+    ceiling = ctx.runtime.settings.tasks.wait_max_s
+    if args.timeout_s is not None and args.timeout_s > ceiling:
+        raise ToolFailure(
+            ErrorCode.VALIDATION_ERROR,
+            f"timeout_s {args.timeout_s} exceeds the configured ceiling {ceiling}",
+            details={"limit_s": ceiling},
+        )
+
+    async def progress(size: int) -> None:
+        await ctx.report_progress(float(size), None, f"{size} bytes of output so far")
+
+    try:
+        return await ctx.runtime.tasks.wait(
+            args.task_id, timeout_s=args.timeout_s, pattern=args.pattern, since=args.since, progress=progress
+        )
+    except ValueError as exc:
+        raise _invalid(exc) from None
+
+
+async def task_list(ctx: ToolContext, args: TaskListIn) -> TaskListOut:
+    tasks, total = ctx.runtime.tasks.list_tasks(target=args.target, state=args.state, limit=args.limit)
+    return TaskListOut(tasks=tasks, total=total, truncated=len(tasks) < total)
+
+
+async def task_cancel(ctx: ToolContext, args: TaskIdIn) -> TaskCancelResult:
+    return await ctx.runtime.tasks.cancel(args.task_id)
+
+
+def _render_info(out: TaskInfo) -> str:
+    what = " ".join(out.argv) if out.argv is not None else out.shell or ""
+    code = f" (exit {out.exit_code})" if out.exit_code is not None else ""
+    return f"task {out.id} on {out.target}: {out.state}{code}; {what[:200]}"
+
+
+def _render_output(out: TaskOutput) -> str:
+    head = f"{out.returned_bytes} bytes of {out.stream} from {out.offset}; next_offset {out.next_offset}"
+    tail = "complete" if out.complete else out.state
+    return f"{head} ({tail})\n{out.data}" if out.encoding == "text" else f"{head} ({tail}, base64)"
+
+
+def _render_wait(out: TaskWaitResult) -> str:
+    extra = f" exit {out.exit_code}" if out.outcome == "exited" else ""
+    if out.outcome == "matched":
+        extra = f": {(out.matched or '')[:200]}"
+    took = f"after {out.waited_ms:.0f} ms; {out.output_bytes} bytes of output"
+    return f"task {out.id}: {out.outcome}{extra} {took}"
+
+
+def _render_list(out: TaskListOut) -> str:
+    lines = [_render_info(t) for t in out.tasks]
+    if out.truncated:
+        lines.append(f"... {out.total - len(out.tasks)} more")
+    return "\n".join(lines) or "no tasks"
+
+
+def _render_cancel(out: TaskCancelResult) -> str:
+    return f"task {out.id}: ended by {out.step}; state {out.state}; session removed: {out.session_removed}"
+
+
+_READ: dict[str, Any] = {
+    "toolset": Toolset.INSPECT,
+    "read_only": True,
+    "destructive": False,
+    "idempotent": True,
+    "open_world": True,
+}
+
+SPECS: list[ToolSpec[Any, Any]] = [
+    ToolSpec(
+        name="task_start",
+        title="Start a long-running task",
+        description="Start argv (or a sh command string) on a target as a detached task that outlives SSH "
+        "drops and gateway restarts (a tmux session on a gateway-owned socket, or setsid); returns its ID. "
+        "Output is kept on the target; read it with task_output, wait with task_wait.",
+        input_model=TaskStartIn,
+        output_model=TaskInfo,
+        toolset=Toolset.EXECUTE,
+        read_only=False,
+        destructive=True,
+        idempotent=False,
+        open_world=True,
+        handler=task_start,
+        render=_render_info,
+    ),
+    ToolSpec(
+        name="task_status",
+        title="Task status",
+        description="State of a task (starting, running, exited, cancelled, lost, failed), checked on the "
+        "target; exit code and signal once it ended.",
+        input_model=TaskIdIn,
+        output_model=TaskInfo,
+        handler=task_status,
+        render=_render_info,
+        **_READ,
+    ),
+    ToolSpec(
+        name="task_output",
+        title="Read task output",
+        description="Read a task's output by byte offset (since → next_offset, bounded per call) or its "
+        "tail; cursors never skip or repeat a byte. Streams: combined, stdout, stderr.",
+        input_model=TaskOutputIn,
+        output_model=TaskOutput,
+        handler=task_output,
+        render=_render_output,
+        **_READ,
+    ),
+    ToolSpec(
+        name="task_wait",
+        title="Wait for a task",
+        description="Block on the target until the task exits, a regex matches new output, or the timeout "
+        "passes; outcome exited, matched, still_running or lost. Progress notifications carry the bytes "
+        "of output so far.",
+        input_model=TaskWaitIn,
+        output_model=TaskWaitResult,
+        handler=task_wait,
+        render=_render_wait,
+        **_READ,
+    ),
+    ToolSpec(
+        name="task_list",
+        title="List tasks",
+        description="Known tasks, newest first, filterable by target and state and bounded; states as last "
+        "seen (task_status checks the target).",
+        input_model=TaskListIn,
+        output_model=TaskListOut,
+        handler=task_list,
+        render=_render_list,
+        **{**_READ, "open_world": False},
+    ),
+    ToolSpec(
+        name="task_cancel",
+        title="Cancel a task",
+        description="Stop a task: SIGINT to its process group and marked descendants, then SIGTERM, then "
+        "SIGKILL after bounded waits; the result says which step ended it. The remote session is removed "
+        "only once no process is left.",
+        input_model=TaskIdIn,
+        output_model=TaskCancelResult,
+        toolset=Toolset.TEARDOWN,
+        read_only=False,
+        destructive=True,
+        idempotent=True,
+        open_world=True,
+        handler=task_cancel,
+        render=_render_cancel,
+    ),
+]

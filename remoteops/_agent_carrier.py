@@ -1,0 +1,256 @@
+"""The agent carrier: per target one long-lived agent channel carrying every command; ssh where it cannot.
+
+Choice per target (``TargetSpec.carrier``, else ``TransportSettings.carrier``):
+
+* ``ssh`` — always one OpenSSH process per call (:class:`SshProcessCarrier`);
+* ``agent`` — always the agent; a target that cannot run it is ``MissingCapability``;
+* ``auto`` — the agent; a target without a usable ``python3`` (absent, older than 3.8, refused) or with an
+  agent that speaks another protocol falls back to ssh, recorded with the reason (``state``) until
+  ``forget`` (``capabilities(refresh=True)``) lets the next call try again. Calls never wait for an agent
+  to boot: while it boots in the background (first use of a target, or after its channel died) they go
+  over ssh, so a cold target's first call costs what it costs on the ssh carrier.
+
+Channels start lazily and single-flight (concurrent first callers wait for one start, and share its
+failure), are replaced when they die or when the target's ``ssh -G`` identity changes, close themselves after
+``agent_idle_s`` without requests, and are all closed by :meth:`AgentCarrier.aclose`. Host-key, auth and
+connect failures come from the same pool and classification as the ssh carrier.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+
+import anyio
+import anyio.abc
+
+from ._agent_boot import AgentUnavailable, MasterGone
+from ._agent_channel import AgentChannel, ChannelGone
+from ._agent_exec import KillReport
+from ._errors import CommandTimeout, ConnectError, MissingCapability, RemoteOpsError
+from ._exec import CarrierName, ExecRequest, RawExec
+from ._models import CarrierState, TargetIdentity
+from ._pool import MasterPool
+from ._settings import CarrierMode, TargetSpec, TransportSettings
+from ._sshexec import SshProcessCarrier
+
+__all__ = ["AgentCarrier"]
+
+_LOCAL_GRACE_S = 5.0
+_FRESH_CHANNEL_TRIES = 3
+
+
+class AgentCarrier:
+    def __init__(
+        self,
+        settings: TransportSettings,
+        pool: MasterPool,
+        task_group: anyio.abc.TaskGroup,
+        ssh: SshProcessCarrier,
+    ) -> None:
+        self._settings = settings
+        self._pool = pool
+        self._tg = task_group
+        self._ssh = ssh
+        self._channels: dict[str, AgentChannel] = {}
+        self._locks: dict[str, anyio.Lock] = {}
+        self._failures: dict[str, tuple[float, BaseException]] = {}
+        self._fallback: dict[str, str] = {}  # target name -> why it uses ssh
+        self._used: dict[str, CarrierName] = {}  # target name -> the carrier of its last command
+        self._started: dict[str, int] = {}
+        self._booting: dict[str, anyio.Event] = {}  # target name -> set when its background boot ended
+        self._boot_failed: dict[str, float] = {}
+        self._boot_error: dict[str, str] = {}
+
+    # -- choice and state ---------------------------------------------------------------------------
+    def mode(self, target: TargetSpec) -> CarrierMode:
+        return target.carrier or self._settings.carrier
+
+    def current(self, target: TargetSpec) -> CarrierName | None:
+        """The carrier the target's next command takes (None: not decided yet)."""
+        if self.mode(target) == "ssh" or target.name in self._fallback:
+            return "ssh"
+        channel = self._channels.get(target.name)
+        if channel is not None and channel.usable:
+            return "agent"
+        return self._used.get(target.name)
+
+    def state(self, target: TargetSpec) -> CarrierState:
+        channel = self._channels.get(target.name)
+        alive = channel is not None and channel.usable
+        reason = self._fallback.get(target.name) or self._boot_error.get(target.name)
+        if self.mode(target) == "ssh":
+            reason = "carrier = ssh"
+        return CarrierState(
+            mode=self.mode(target),
+            carrier=self.current(target),
+            reason=reason,
+            agent_alive=alive,
+            agent_pid=channel.pid if channel is not None and alive else None,
+            agent_python=str(channel.info.get("python")) if channel is not None and alive else None,
+            channels_started=self._started.get(target.name, 0),
+            requests_in_flight=channel.inflight if channel is not None and alive else 0,
+        )
+
+    def forget(self, name: str) -> None:
+        """Let the next command try the agent again (after a fallback to ssh)."""
+        self._fallback.pop(name, None)
+        self._failures.pop(name, None)
+
+    # -- exec ---------------------------------------------------------------------------------------
+    async def execute(self, target: TargetSpec, identity: TargetIdentity, request: ExecRequest) -> RawExec:
+        mode = self.mode(target)
+        if mode == "ssh" or (mode == "auto" and target.name in self._fallback):
+            return await self._via_ssh(target, identity, request)
+        # A call can go over ssh while the agent boots only if the agent leaves it a channel slot.
+        background = mode == "auto" and self._settings.max_channels_per_target > 1
+        for _attempt in range(_FRESH_CHANNEL_TRIES):
+            if background:
+                ready = await self._ready_channel(target, identity)
+                if ready is None:  # the agent boots in the background; this call does not wait for it
+                    return await self._via_ssh(target, identity, request)
+                channel = ready
+            else:
+                try:
+                    channel = await self._channel(target, identity)
+                except AgentUnavailable as exc:
+                    if mode == "auto":
+                        self._fallback[target.name] = exc.reason
+                        return await self._via_ssh(target, identity, request)
+                    raise MissingCapability(
+                        f"the agent cannot run on this target: {exc.reason}",
+                        target=target.name,
+                        capability=exc.capability,
+                    ) from None
+            self._used[target.name] = "agent"
+            self._pool.counters["runs"] += 1
+            try:
+                return await self._on(channel, target, request)
+            except ChannelGone:
+                continue  # nothing of this request was written: a fresh channel may carry it
+        raise ConnectError(
+            "the agent channel closed before the request could be sent; nothing ran",
+            target=target.name,
+            stage="agent",
+            reason="closed",
+        )
+
+    async def _via_ssh(self, target: TargetSpec, identity: TargetIdentity, request: ExecRequest) -> RawExec:
+        self._used[target.name] = "ssh"
+        return await self._ssh.execute(target, identity, request)
+
+    async def _ready_channel(self, target: TargetSpec, identity: TargetIdentity) -> AgentChannel | None:
+        """auto mode: the live channel, or None after making sure one boots in the background."""
+        channel = self._channels.get(target.name)
+        if (
+            channel is not None
+            and channel.key == self._pool.key_for(target, identity)
+            and await channel.healthy()
+        ):
+            return channel
+        name = target.name
+        failed = self._boot_failed.get(name)
+        recent = failed is not None and time.monotonic() - failed < self._settings.master_retry_after_s
+        if name not in self._booting and not recent:
+            self._booting[name] = anyio.Event()
+            self._tg.start_soon(self._boot, target, identity)
+        return None
+
+    async def _boot(self, target: TargetSpec, identity: TargetIdentity) -> None:
+        name = target.name
+        try:
+            await self._channel(target, identity)
+            self._boot_failed.pop(name, None)
+            self._boot_error.pop(name, None)
+        except AgentUnavailable as exc:
+            self._fallback[name] = exc.reason
+        except Exception as exc:  # a background task must not end RemoteOps
+            # the ssh path meets (and reports) transport failures itself; retried after a pause
+            self._boot_failed[name] = time.monotonic()
+            self._boot_error[name] = f"{type(exc).__name__}: {exc}"[:300]
+        finally:
+            self._booting.pop(name).set()
+
+    async def settle(self, target: TargetSpec, identity: TargetIdentity) -> CarrierState:
+        """Make the target's carrier ready (start or wait for its agent per mode) and return its state."""
+        mode = self.mode(target)
+        if mode == "agent":
+            with contextlib.suppress(AgentUnavailable, RemoteOpsError):
+                await self._channel(target, identity)
+        elif mode == "auto" and target.name not in self._fallback:
+            await self._ready_channel(target, identity)
+            booting = self._booting.get(target.name)
+            if booting is not None:
+                await booting.wait()
+        return self.state(target)
+
+    async def _on(self, channel: AgentChannel, target: TargetSpec, request: ExecRequest) -> RawExec:
+        ceiling = request.time_limit_s + self._settings.kill_after_s + _LOCAL_GRACE_S
+        kill = KillReport()
+        with anyio.move_on_after(ceiling):
+            return await channel.execute(request, kill)
+        raise CommandTimeout(
+            f"no clean end within {ceiling:.1f}s",
+            target=target.name,
+            time_limit_s=request.time_limit_s,
+            remote_killed=kill.confirmed,
+        )
+
+    async def _channel(self, target: TargetSpec, identity: TargetIdentity) -> AgentChannel:
+        key = self._pool.key_for(target, identity)
+        channel = self._channels.get(target.name)
+        if channel is not None and channel.key == key and await channel.healthy():
+            return channel
+        asked = time.monotonic()
+        lock = self._locks.setdefault(target.name, anyio.Lock())
+        async with lock:  # single flight: one start per target at a time, its failure shared
+            channel = self._channels.get(target.name)
+            if channel is not None and channel.usable and channel.key == key:
+                return channel
+            if channel is not None:
+                self._channels.pop(target.name, None)
+                await channel.close()  # dead, or the identity changed
+            failure = self._failures.get(target.name)
+            if failure is not None and failure[0] >= asked:
+                raise failure[1]
+            await self._make_room(key)
+            for _attempt in range(2):
+                channel = AgentChannel(target, key, self._settings, self._pool)
+                try:
+                    await self._tg.start(channel.run, identity)
+                except MasterGone:
+                    continue  # the master died under us; the pool makes a fresh one
+                except (RemoteOpsError, AgentUnavailable) as exc:
+                    self._failures[target.name] = (time.monotonic(), exc)
+                    raise
+                self._failures.pop(target.name, None)
+                self._channels[target.name] = channel
+                self._started[target.name] = self._started.get(target.name, 0) + 1
+                return channel
+            raise ConnectError(
+                "the master refused the agent session twice",
+                target=target.name,
+                stage="agent",
+                reason="multiplex",
+            )
+
+    async def _make_room(self, key: str) -> None:
+        """Each channel keeps its master busy, so the pool could never evict it: at ``max_masters`` live
+        channels on other masters, close the least recently used idle one first (the pool's LRU then may
+        evict its master)."""
+        others = [c for c in self._channels.values() if c.key != key and c.usable]
+        if len({c.key for c in others}) < self._settings.max_masters:
+            return
+        idle = sorted((c for c in others if c.inflight == 0), key=lambda c: c.last_used)
+        if idle:
+            victim = idle[0]
+            self._channels.pop(victim.target.name, None)
+            await victim.close()
+
+    async def aclose(self) -> None:
+        """Close every channel (their agents kill what they started and exit); shielded and bounded."""
+        with anyio.CancelScope(shield=True):
+            channels, self._channels = list(self._channels.values()), {}
+            async with anyio.create_task_group() as tg:
+                for channel in channels:
+                    tg.start_soon(channel.close)

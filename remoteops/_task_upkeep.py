@@ -1,0 +1,80 @@
+"""Upkeep of tasks: command checks before a start, reconciling recorded tasks with the target after a
+restart, retention."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+
+import anyio
+import structlog
+
+from ._errors import RemoteOpsError
+from ._task_models import FINISHED, TaskRecord
+
+__all__ = ["checked_command", "expired", "recover", "retention_loop"]
+
+_PARALLEL = 4
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_log = structlog.get_logger("remoteops.tasks")
+
+
+def checked_command(
+    argv: Sequence[str] | None, shell: str | None, cwd: str | None, env: Mapping[str, str] | None
+) -> tuple[tuple[str, ...], dict[str, str]]:
+    """The words to exec and the environment, or ValueError (nothing is recorded or run then)."""
+    if (argv is None) == (shell is None):
+        raise ValueError("give exactly one of argv or shell")
+    words = ("sh", "-c", shell) if shell is not None else tuple(argv or ())
+    if not words or not words[0]:
+        raise ValueError("argv must be non-empty")
+    checked = dict(env or {})
+    for name, value in checked.items():
+        if not _ENV_NAME.fullmatch(name) or "\0" in value:
+            raise ValueError(f"invalid environment variable {name!r}")
+    if any("\0" in w for w in words) or (cwd is not None and "\0" in cwd):
+        raise ValueError("argv and cwd must not contain NUL")
+    return words, checked
+
+
+async def recover(
+    pending: Iterable[TaskRecord], check: Callable[[TaskRecord], Awaitable[object]], reconciling: set[str]
+) -> None:
+    """Look at every pending task once (a few at a time); ``reconciling`` holds the IDs not yet looked at.
+    A target that cannot be reached leaves its tasks as they were: the next look at them decides."""
+    todo = list(pending)
+    reconciling.update(r.id for r in todo)
+    limiter = anyio.Semaphore(_PARALLEL)
+
+    async def one(record: TaskRecord) -> None:
+        async with limiter:
+            try:
+                await check(record)
+            except (RemoteOpsError, TimeoutError) as exc:
+                _log.warning("task_recover_failed", task=record.id, error=type(exc).__name__)
+            finally:
+                reconciling.discard(record.id)
+
+    async with anyio.create_task_group() as tg:
+        for record in todo:
+            tg.start_soon(one, record)
+
+
+def expired(records: Iterable[TaskRecord], retention_s: float, now: float) -> dict[str, list[TaskRecord]]:
+    """Finished tasks older than the retention age, by target."""
+    by_target: dict[str, list[TaskRecord]] = {}
+    for record in records:
+        if record.state in FINISHED and (record.finished_at or record.created_at) + retention_s <= now:
+            by_target.setdefault(record.target, []).append(record)
+    return by_target
+
+
+async def retention_loop(purge: Callable[[], Awaitable[list[str]]], interval_s: float) -> None:
+    while True:
+        try:
+            purged = await purge()
+            if purged:
+                _log.info("tasks_purged", count=len(purged))
+        except Exception as exc:  # a bad pass must not end retention for the life of the process
+            _log.warning("task_purge_error", error=type(exc).__name__)
+        await anyio.sleep(interval_s)

@@ -1,0 +1,39 @@
+"""Smoke test of the start-up benchmark: it spawns the gateway, gets its ``initialize`` answer over stdio and
+prints its rows (timings are not judged here; the README's figure comes from a full run)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from acceptance import bench_startup
+
+ROOT = Path(__file__).resolve().parents[1]
+
+pytestmark = pytest.mark.slow  # a handful of interpreter start-ups, ~1 s each
+
+
+def test_bench_startup_runs_and_prints_its_rows() -> None:
+    argv = [sys.executable, "-m", "acceptance.bench_startup", "--runs", "1", "--no-peer"]
+    done = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=240, check=False)
+    assert done.returncode == 0, done.stderr[-4000:]
+    assert "| subject | median ms | p95 ms | min ms | CPU ms (median) |" in done.stdout
+    for row in (bench_startup.ROW_GATEWAY, bench_startup.ROW_IMPORTS, bench_startup.ROW_FLOOR):
+        assert f"| {row} |" in done.stdout, done.stdout
+    assert bench_startup.ROW_PEER not in done.stdout
+
+
+def test_bench_startup_json_has_one_sample_per_run() -> None:
+    argv = [sys.executable, "-m", "acceptance.bench_startup", "--runs", "2", "--no-peer", "--json"]
+    done = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=240, check=False)
+    assert done.returncode == 0, done.stderr[-4000:]
+    rows = json.loads(done.stdout)
+    assert set(rows) == {bench_startup.ROW_GATEWAY, bench_startup.ROW_IMPORTS, bench_startup.ROW_FLOOR}
+    for row in rows.values():
+        assert row["runs"] == 2
+        assert row["median_ms"] > 0
+        assert row["cpu_median_ms"] > 0

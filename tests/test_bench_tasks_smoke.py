@@ -1,0 +1,35 @@
+"""Smoke test of the task benchmark: it runs end to end, prints every row and leaves no task process behind.
+
+Timings are not judged here; ``acceptance/bench_tasks.py`` is the benchmark.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from acceptance import bench_tasks
+from tests.fixtures.procs import processes_mentioning
+from tests.fixtures.sshd import sshd_unavailable_reason
+
+ROOT = Path(__file__).resolve().parents[1]
+
+pytestmark = [
+    pytest.mark.sshd,
+    pytest.mark.slow,
+    pytest.mark.skipif(sshd_unavailable_reason() is not None, reason=str(sshd_unavailable_reason())),
+]
+
+
+def test_the_task_benchmark_prints_every_row_and_cleans_up() -> None:
+    argv = [sys.executable, "-m", "acceptance.bench_tasks", "--tasks", "3"]
+    done = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=240, check=False)
+    assert done.returncode == 0, done.stderr[-4000:]
+    assert "| subject | calls | median ms | p95 ms | max ms | failures |" in done.stdout
+    for row in bench_tasks.ROWS:
+        assert f"| {row} | 3 |" in done.stdout, done.stdout
+    assert "3 live tasks" in done.stdout
+    assert processes_mentioning("ROG_TASK_MARK=", environ=True) == []
