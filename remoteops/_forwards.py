@@ -11,8 +11,9 @@
 * A record is written only after the start is confirmed and the process identity captured
   (``_forward_proc``); a start that fails leaves nothing running and nothing recorded.
 * Names: ``create`` with the name of a healthy forward of the same specification returns it
-  (``reused``); the same name with another specification is a :class:`ForwardConflict`; a named
-  forward whose process is gone is replaced.
+  (``reused``); the same name with another specification is a :class:`ForwardConflict` while that
+  forward is active; a named forward that is lost (its process gone) or fails its health check is
+  stopped and replaced by a fresh one.
 * Entering the manager adopts every recorded forward whose process runs with the recorded identity and
   marks the others ``lost`` (``lost_reason``); nothing is restarted, so nothing is duplicated.
 * Leaving the manager (the gateway shutting down, gracefully or not) leaves forwards running: they are
@@ -195,14 +196,14 @@ class ForwardManager:
         existing = next((r for r in self._records.values() if r.name == name), None)
         if existing is None:
             return None
-        if existing.spec != spec:
+        existing = await self._refresh(existing)
+        if existing.spec != spec and existing.state == "active":
             raise ForwardConflict(
                 f"forward name {name!r} is taken by {existing.id} with another specification",
                 target=spec.target,
                 forward_id=existing.id,
             )
-        existing = await self._refresh(existing)
-        if existing.state == "active":
+        if existing.state == "active" and existing.spec == spec:
             health = await check_forward(self._ops, existing, limit_s=self._settings.check_timeout_s)
             existing = existing.model_copy(update={"last_health": health})
             await self._store.put(existing)

@@ -232,6 +232,7 @@ HEALTH_FIELDS = {
     "upstreams",
     "tasks",
     "state",
+    "forwards",
 }
 
 
