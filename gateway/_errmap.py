@@ -26,6 +26,10 @@ from remoteops import (
     FileConflict,
     FileNotFound,
     FileRequestInvalid,
+    ForwardConflict,
+    ForwardError,
+    ForwardNotFound,
+    ForwardStartFailed,
     HostKeyError,
     InvalidRequest,
     MissingCapability,
@@ -97,6 +101,10 @@ def _upstream(exc: UpstreamError) -> ToolFailure:
 REMOTE_CODES: tuple[tuple[type[RemoteOpsError], ErrorCode], ...] = (
     (InvalidRequest, ErrorCode.VALIDATION_ERROR),
     (PolicyDenied, ErrorCode.POLICY_DENIED),
+    (ForwardNotFound, ErrorCode.NOT_FOUND),
+    (ForwardConflict, ErrorCode.CONFLICT),
+    (ForwardStartFailed, ErrorCode.CONNECT_ERROR),  # details.reason: port_in_use, remote_refused, ...
+    (ForwardError, ErrorCode.CONNECT_ERROR),
     (TaskNotFound, ErrorCode.NOT_FOUND),
     (TaskConflict, ErrorCode.CONFLICT),
     (TaskCapabilityMissing, ErrorCode.MISSING_REMOTE_CAPABILITY),
@@ -162,6 +170,7 @@ def _remote(exc: RemoteOpsError) -> ToolFailure:
         "current_sha256",
         "hunk",
         "occurrences",
+        "forward_id",
     )
     for field in fields:
         if hasattr(exc, field):

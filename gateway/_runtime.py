@@ -22,7 +22,7 @@ from gateway._redact import Redactor
 from gateway._relay import Relay
 from gateway._version import __version__
 from gateway.config import Settings
-from remoteops import RemoteOps, RemoteTasks, StateStore, Transfers
+from remoteops import ForwardManager, RemoteOps, RemoteTasks, StateForwardStore, StateStore, Transfers
 
 __all__ = ["Identity", "Runtime"]
 
@@ -67,6 +67,13 @@ class Runtime:
         self.state = StateStore(settings.state_dir)
         self.tasks = RemoteTasks(self.remote, self.state, settings.tasks, settings.transport)
         self.transfers = Transfers(self.remote, settings.transport, settings.transfers)
+        self.forwards = ForwardManager(
+            self.remote,
+            settings.transport,
+            settings.forwards,
+            StateForwardStore(self.state),
+            settings.state_dir / "forward-logs",
+        )
         self.relay = Relay(
             settings.upstreams,
             own_names=frozenset(self.catalog.enabled),
@@ -80,6 +87,7 @@ class Runtime:
             await stack.enter_async_context(self.audit)  # first in, last out: shutdown calls are audited
             await stack.enter_async_context(self.remote)
             await stack.enter_async_context(self.tasks)
+            await stack.enter_async_context(self.forwards)
             await stack.enter_async_context(self.relay)
             self._stack = stack.pop_all()
         return self

@@ -19,7 +19,7 @@ from urllib.parse import urlsplit
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from gateway._errors import ConfigError
-from remoteops import TargetSpec, TaskSettings, TransferSettings, TransportSettings
+from remoteops import ForwardSettings, TargetSpec, TaskSettings, TransferSettings, TransportSettings
 from upstream import UpstreamSettings
 
 __all__ = [
@@ -276,6 +276,7 @@ class Settings(BaseModel):
     transport: TransportSettings = TransportSettings()
     tasks: TaskSettings = TaskSettings()
     transfers: TransferSettings = TransferSettings()
+    forwards: ForwardSettings = ForwardSettings()
     targets: tuple[TargetSpec, ...] = ()
     upstreams: tuple[UpstreamEntry, ...] = ()
     log_level: Literal["debug", "info", "warning", "error"] = "info"

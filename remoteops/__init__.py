@@ -51,6 +51,19 @@ from ._files_models import (
     WriteResult,
 )
 from ._files_patch import Hunk, HunkResult, PatchResult
+from ._forward_errors import ForwardConflict, ForwardError, ForwardNotFound, ForwardStartFailed
+from ._forward_models import (
+    ForwardCheck,
+    ForwardClosed,
+    ForwardCreated,
+    ForwardHealth,
+    ForwardKind,
+    ForwardSettings,
+    ForwardSpec,
+    ForwardView,
+)
+from ._forward_store import StateForwardStore
+from ._forwards import ForwardManager
 from ._models import (
     Capabilities,
     CarrierState,
@@ -134,6 +147,19 @@ __all__ = [
     "FileKind",
     "FileNotFound",
     "FileRequestInvalid",
+    "ForwardCheck",
+    "ForwardClosed",
+    "ForwardConflict",
+    "ForwardCreated",
+    "ForwardError",
+    "ForwardHealth",
+    "ForwardKind",
+    "ForwardManager",
+    "ForwardNotFound",
+    "ForwardSettings",
+    "ForwardSpec",
+    "ForwardStartFailed",
+    "ForwardView",
     "FreeSpaceFloor",
     "GrepMatch",
     "GrepResult",
@@ -169,6 +195,7 @@ __all__ = [
     "RemoteTasks",
     "RenderedCommand",
     "SectionError",
+    "StateForwardStore",
     "StateProblem",
     "StateStore",
     "SyncOptions",

@@ -5,11 +5,19 @@ from __future__ import annotations
 from typing import Any
 
 from gateway._catalog import ToolSpec
-from gateway.tools import files, files_search, health, remote, tasks, transfers
+from gateway.tools import files, files_search, forwards, health, remote, tasks, transfers
 
 __all__ = ["all_specs"]
 
 
 def all_specs() -> list[ToolSpec[Any, Any]]:
     """Every own tool, in catalog order."""
-    return [*health.SPECS, *remote.SPECS, *files.SPECS, *files_search.SPECS, *tasks.SPECS, *transfers.SPECS]
+    return [
+        *health.SPECS,
+        *remote.SPECS,
+        *files.SPECS,
+        *files_search.SPECS,
+        *tasks.SPECS,
+        *transfers.SPECS,
+        *forwards.SPECS,
+    ]

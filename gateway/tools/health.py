@@ -51,6 +51,9 @@ class HealthOut(Output):
     )
     tasks: dict[str, Any] = Field(description="Remote tasks: counts by state, remote directory, retention.")
     state: dict[str, Any] = Field(description="The state store: its directory and records moved aside.")
+    forwards: dict[str, Any] = Field(
+        description="Managed SSH forwards: active, lost, adopted after a restart, counters."
+    )
 
 
 async def gateway_health(ctx: ToolContext, _: HealthIn) -> HealthOut:
@@ -70,6 +73,7 @@ async def gateway_health(ctx: ToolContext, _: HealthIn) -> HealthOut:
         upstreams=rt.redactor.any(rt.relay.health()),  # last errors may quote credentials
         tasks=rt.tasks.health().model_dump(mode="json"),
         state=rt.state.status(),
+        forwards=rt.forwards.stats(),
     )
 
 
@@ -89,7 +93,8 @@ SPECS: list[ToolSpec[Any, Any]] = [
         name="gateway_health",
         title="Gateway health",
         description="Version, uptime, enabled toolsets, tool counts (own, relayed, filtered out), audit-log "
-        "status, SSH transport counters, upstream state, task counts and state-store problems.",
+        "status, SSH transport counters, upstream state, task counts, state-store problems and managed "
+        "forwards.",
         input_model=HealthIn,
         output_model=HealthOut,
         toolset=Toolset.INSPECT,

@@ -233,6 +233,7 @@ HEALTH_FIELDS = {
     "upstreams",
     "tasks",
     "state",
+    "forwards",
 }
 
 
