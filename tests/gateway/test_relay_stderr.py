@@ -133,7 +133,10 @@ async def test_an_upstream_printing_a_planted_secret_on_stderr_leaves_no_clear_c
     flood = [r for r in lines if r["line"] == "flood"]
     [after] = [r for r in lines if r["line"] == "after the flood"]
     assert BURST - 5 <= len(flood) < FLOOD  # bounded: the burst passes, the rest is counted, not logged
-    assert len(flood) + after["dropped_before"] == FLOOD
+    # Each passed line reports the drops since the one before it; a slow machine refills the bucket while the
+    # flood is still being read, so drops are spread over later flood lines and the line after the flood.
+    dropped = sum(r.get("dropped_before", 0) for r in [*flood, after])
+    assert len(flood) + dropped == FLOOD
 
     # The command that cannot start is named, in gateway_health and in the log (a standard-library record
     # of the `upstream` package, in the same JSON format), and it keeps being retried with backoff.
