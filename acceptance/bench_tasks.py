@@ -5,7 +5,8 @@ Run from the repository root, as root (the sshd fixture creates users)::
     .venv/bin/python -m acceptance.bench_tasks [--tasks N] [--session auto|tmux|setsid] [--json]
 
 One throwaway sshd (``tests.fixtures.sshd.start_sshd``), the real gateway as a subprocess over MCP/HTTP (one
-session), the ssh carrier (one ``ssh`` per call over the master):
+session), on the carrier ``--carrier`` names: ``ssh`` (one ``ssh`` per call over the master, the default) or
+``agent`` (every call, the wait's blocking read included, a request on the target's persistent agent):
 
 * **wait latency**: each task sleeps 0.4 s, prints ``date +%s.%N`` and exits; ``task_wait`` is called right
   after ``task_start`` (so it is blocking on the target when the process exits). Latency = the moment the
@@ -67,6 +68,7 @@ class Row:
 class Report:
     tasks: int
     session: str
+    carrier: str
     rows: list[Row] = field(default_factory=list)
     gateway_rss_idle_kb: int | None = None
     gateway_rss_live_kb: int | None = None
@@ -121,17 +123,24 @@ class _Calls:
     async def __call__(self, name: str, arguments: dict[str, Any]) -> dict[str, Any]:
         result = await self.client.call_tool(name, arguments)
         if result.is_error:
-            raise RuntimeError(f"{name} failed: {result.content[0].text if result.content else result}")
+            detail = getattr(result.content[0], "text", "") if result.content else result
+            raise RuntimeError(f"{name} failed: {detail}")
         return dict(result.structured_content or {})
 
 
-async def _measure(sshd: SshdInstance, work: Path, remote: Path, tasks: int, session: str) -> Report:
-    report = Report(tasks=tasks, session=session)
+async def _measure(
+    sshd: SshdInstance, work: Path, remote: Path, tasks: int, session: str, carrier: str
+) -> Report:
+    report = Report(tasks=tasks, session=session, carrier=carrier)
     uid = pwd.getpwnam(sshd.users[TARGET]).pw_uid
     gw_dir = work / "gw"
     gw_dir.mkdir()
     config: dict[str, Any] = {
-        "transport": {"ssh_config_file": str(sshd.ssh_config), "control_dir": str(work / "gwc")},
+        "transport": {
+            "ssh_config_file": str(sshd.ssh_config),
+            "control_dir": str(work / "gwc"),
+            "carrier": carrier,
+        },
         "targets": [{"name": TARGET, "host": sshd.alias(TARGET)}],
         "tasks": {"remote_dir": str(remote), "session": session},
         "tools": {"toolsets": ["inspect", "execute", "teardown"]},
@@ -197,9 +206,15 @@ async def _measure(sshd: SshdInstance, work: Path, remote: Path, tasks: int, ses
     return report
 
 
+_CARRIERS = {
+    "ssh": "ssh carrier (one ssh per call over the master)",
+    "agent": "agent carrier (every call a request on the target's persistent agent)",
+}
+
+
 def render_markdown(report: Report) -> str:
     lines = [
-        f"Tasks over the ssh carrier (one ssh per call over the master), session {report.session}, "
+        f"Tasks over the {_CARRIERS[report.carrier]}, session {report.session}, "
         f"{report.tasks} tasks per row; gateway over MCP/HTTP.",
         "",
         "| subject | calls | median ms | p95 ms | max ms | failures |",
@@ -228,6 +243,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--tasks", type=int, default=50, help="tasks per row (default 50)")
     parser.add_argument("--session", default="auto", choices=["auto", "tmux", "setsid"])
+    parser.add_argument("--carrier", default="ssh", choices=sorted(_CARRIERS))
     parser.add_argument("--json", action="store_true", help="print the report as JSON instead of Markdown")
     args = parser.parse_args(argv)
     if args.tasks < 1:
@@ -237,7 +253,9 @@ def main(argv: list[str] | None = None) -> int:
         os.chmod(work, 0o700)
         # remote_root: stops the tmux server and kills anything still carrying a task marker afterwards
         with start_sshd() as sshd, remote_root() as remote:
-            report = anyio.run(_measure, sshd, work, remote, args.tasks, args.session, backend="asyncio")
+            report = anyio.run(
+                _measure, sshd, work, remote, args.tasks, args.session, args.carrier, backend="asyncio"
+            )
     finally:
         shutil.rmtree(work, ignore_errors=True)
     print(json.dumps(asdict(report), indent=2) if args.json else render_markdown(report))

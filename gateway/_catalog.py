@@ -21,7 +21,7 @@ from gateway._errors import ConfigError
 if TYPE_CHECKING:
     from gateway._context import ToolContext
 
-__all__ = ["AnySpec", "Catalog", "ToolSpec", "Toolset", "build_catalog"]
+__all__ = ["REMOTE_READ", "AnySpec", "Catalog", "ToolSpec", "Toolset", "build_catalog"]
 
 
 class Toolset(StrEnum):
@@ -38,6 +38,15 @@ class Toolset(StrEnum):
     UPSTREAM = "upstream"
     """Tools relayed from upstream MCP servers (gated per name in each upstream's configuration)."""
 
+
+REMOTE_READ: dict[str, Any] = {
+    "toolset": Toolset.INSPECT,
+    "read_only": True,
+    "destructive": False,
+    "idempotent": True,
+    "open_world": True,
+}
+"""The classification of a tool that only reads from a target (``ToolSpec(..., **REMOTE_READ)``)."""
 
 InT = TypeVar("InT", bound=BaseModel)
 OutT = TypeVar("OutT", bound=BaseModel)

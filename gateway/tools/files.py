@@ -14,7 +14,7 @@ from typing import Annotated, Any, Literal, Self
 
 from pydantic import Field, model_validator
 
-from gateway._catalog import Toolset, ToolSpec
+from gateway._catalog import REMOTE_READ, Toolset, ToolSpec
 from gateway._context import ToolContext
 from gateway._errors import ErrorCode, ToolFailure
 from gateway.tools._base import Input, Output
@@ -301,13 +301,6 @@ def _render_list(out: ListOut) -> str:
 
 
 _CHANGES: dict[str, Any] = {"read_only": False, "open_world": True}
-_READS: dict[str, Any] = {
-    "toolset": Toolset.INSPECT,
-    "read_only": True,
-    "destructive": False,
-    "idempotent": True,
-    "open_world": True,
-}
 _NEEDS = " Needs the agent (python3 >= 3.8 on the target)."
 
 SPECS: list[ToolSpec[Any, Any]] = [
@@ -319,7 +312,7 @@ SPECS: list[ToolSpec[Any, Any]] = [
         input_model=StatIn,
         output_model=StatOut,
         handler=remote_stat,
-        **_READS,
+        **REMOTE_READ,
     ),
     ToolSpec(
         name="remote_read",
@@ -330,7 +323,7 @@ SPECS: list[ToolSpec[Any, Any]] = [
         output_model=ReadOut,
         handler=remote_read,
         render=_render_read,
-        **_READS,
+        **REMOTE_READ,
     ),
     ToolSpec(
         name="remote_list",
@@ -341,7 +334,7 @@ SPECS: list[ToolSpec[Any, Any]] = [
         output_model=ListOut,
         handler=remote_list,
         render=_render_list,
-        **_READS,
+        **REMOTE_READ,
     ),
     ToolSpec(
         name="remote_write",

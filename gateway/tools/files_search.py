@@ -6,7 +6,7 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from gateway._catalog import Toolset, ToolSpec
+from gateway._catalog import REMOTE_READ, ToolSpec
 from gateway._context import ToolContext
 from gateway.tools.files import PathIn
 from remoteops import GrepResult, ListResult
@@ -89,14 +89,6 @@ def _render_grep(out: GrepOut) -> str:
     return "\n".join(lines) or "no matches"
 
 
-_READS: dict[str, Any] = {
-    "toolset": Toolset.INSPECT,
-    "read_only": True,
-    "destructive": False,
-    "idempotent": True,
-    "open_world": True,
-}
-
 SPECS: list[ToolSpec[Any, Any]] = [
     ToolSpec(
         name="remote_find",
@@ -106,7 +98,7 @@ SPECS: list[ToolSpec[Any, Any]] = [
         input_model=FindIn,
         output_model=FindOut,
         handler=remote_find,
-        **_READS,
+        **REMOTE_READ,
     ),
     ToolSpec(
         name="remote_grep",
@@ -118,6 +110,6 @@ SPECS: list[ToolSpec[Any, Any]] = [
         output_model=GrepOut,
         handler=remote_grep,
         render=_render_grep,
-        **_READS,
+        **REMOTE_READ,
     ),
 ]

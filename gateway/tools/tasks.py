@@ -6,7 +6,7 @@ from typing import Annotated, Any, Literal, Self
 
 from pydantic import Field, field_validator, model_validator
 
-from gateway._catalog import Toolset, ToolSpec
+from gateway._catalog import REMOTE_READ, Toolset, ToolSpec
 from gateway._context import ToolContext
 from gateway._errors import ErrorCode, ToolFailure
 from gateway.tools._base import CommandIn, Input, Output, TargetName
@@ -176,14 +176,6 @@ def _render_cancel(out: TaskCancelResult) -> str:
     return f"task {out.id}: ended by {out.step}; state {out.state}; session removed: {out.session_removed}"
 
 
-_READ: dict[str, Any] = {
-    "toolset": Toolset.INSPECT,
-    "read_only": True,
-    "destructive": False,
-    "idempotent": True,
-    "open_world": True,
-}
-
 SPECS: list[ToolSpec[Any, Any]] = [
     ToolSpec(
         name="task_start",
@@ -210,7 +202,7 @@ SPECS: list[ToolSpec[Any, Any]] = [
         output_model=TaskInfo,
         handler=task_status,
         render=_render_info,
-        **_READ,
+        **REMOTE_READ,
     ),
     ToolSpec(
         name="task_output",
@@ -221,7 +213,7 @@ SPECS: list[ToolSpec[Any, Any]] = [
         output_model=TaskOutput,
         handler=task_output,
         render=_render_output,
-        **_READ,
+        **REMOTE_READ,
     ),
     ToolSpec(
         name="task_wait",
@@ -233,7 +225,7 @@ SPECS: list[ToolSpec[Any, Any]] = [
         output_model=TaskWaitResult,
         handler=task_wait,
         render=_render_wait,
-        **_READ,
+        **REMOTE_READ,
     ),
     ToolSpec(
         name="task_list",
@@ -244,7 +236,7 @@ SPECS: list[ToolSpec[Any, Any]] = [
         output_model=TaskListOut,
         handler=task_list,
         render=_render_list,
-        **{**_READ, "open_world": False},
+        **{**REMOTE_READ, "open_world": False},
     ),
     ToolSpec(
         name="task_cancel",
