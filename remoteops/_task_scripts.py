@@ -51,8 +51,9 @@ t2=$!
 setsid sh ./cmd > o.fifo 2> e.fifo < /dev/null
 rc=$?
 # let the tees copy the last bytes (they end at EOF, within ms); a descendant that keeps the output open
-# must not hold up completion: after 2 s they are left running (they end when it does). Only our own
-# unreaped children are looked at, so no recycled pid can be mistaken for them.
+# must not hold up completion: after ~2 s they are left running (they end when it does). Only our own
+# unreaped children are looked at, so no recycled pid can be mistaken for them. The first checks spin on
+# builtins (no process started): the tees usually end within a millisecond of the command.
 n=0
 while :; do
   busy=0
@@ -64,12 +65,12 @@ while :; do
   done
   if [ "$busy" = 0 ]; then wait $t1; wait $t2; break; fi
   n=$((n + 1))
-  [ "$n" -ge 200 ] && break
-  sleep 0.01
+  [ "$n" -ge 400 ] && break
+  [ "$n" -gt 200 ] && sleep 0.01
 done
 printf '%s\n' "$rc" > "exit.$nonce"
 for w in .w.*; do
-  if [ -p "$w" ]; then printf 'x\n' 4<>"$w" >&4; fi
+  if [ -p "$w" ]; then printf 'x\n' 4<>"$w" >&4; rm -f "$w"; fi
 done 2>/dev/null
 rm -f o.fifo e.fifo
 """
@@ -172,6 +173,9 @@ sup_alive() {
   [ "$1" != Z ] && [ "${20}" = "$sst" ]
 }
 sizes() {
+  # one process for the three sizes where stat -c exists (GNU, busybox); else (or a file missing) one each
+  set -- $(stat -L -c %s "$d/combined" "$d/stdout" "$d/stderr" 2>/dev/null)
+  if [ $# -eq 3 ]; then zc=$1 zo=$2 ze=$3; return; fi
   zc=$(wc -c 2>/dev/null < "$d/combined") || zc=0
   zo=$(wc -c 2>/dev/null < "$d/stdout") || zo=0
   ze=$(wc -c 2>/dev/null < "$d/stderr") || ze=0
@@ -194,19 +198,6 @@ if [ ! -d "$d" ]; then printf 'ROGWAIT gone\n'; exit 0; fi
     + r"""now() { read -r u _ < /proc/uptime; u=${u%.*}${u#*.}; }
 now
 end=$((u + bound)) grow_at=$((u + grow))
-# wake-up FIFO: the supervisor writes a line into every .w.* FIFO right after the exit file, so the loop
-# below sleeps in a blocking read (bounded by `timeout`) instead of a short poll; a line from anyone else
-# only causes an early re-check
-tm=
-wf=$d/.w.$$
-if command -v timeout >/dev/null 2>&1 && mkfifo -m 600 "$wf" 2>/dev/null; then
-  trap 'rm -f "$wf"' EXIT
-  exec 3<>"$wf"
-  tm=1
-fi
-pause() {
-  if [ -n "$tm" ]; then timeout 0.25 sh -c 'read -r x <&3' 2>/dev/null; else sleep 0.05; fi
-}
 sizes
 first=$zc
 if [ "$since" = - ]; then since=$zc; fi
@@ -217,6 +208,21 @@ out() {
   printf 'ROGWAIT %s %s %s %s %s %s %s %s\n' "$1" "${rc:--}" "$zc" "$zo" "$ze" "$since" "$spid" "${sst:--}"
   if [ -n "${m:-}" ]; then printf 'ROGMATCH '; printf '%s' "$m" | head -c 2048 | base64 | tr -d '\n'; echo; fi
   exit 0
+}
+# a task that has already ended is answered before any wake-up FIFO is made
+if exit_found; then out exited; fi
+# wake-up FIFO: the supervisor writes a line into every .w.* FIFO right after the exit file (and then
+# removes them), so the loop below sleeps in a blocking read (bounded by `timeout`) instead of a short poll;
+# a line from anyone else only causes an early re-check. A FIFO gone before it is opened (the supervisor
+# just ended) leaves the loop polling, and its first check finds the exit file.
+tm=
+wf=$d/.w.$$
+if command -v timeout >/dev/null 2>&1 && mkfifo -m 600 "$wf" 2>/dev/null; then
+  trap '[ ! -p "$wf" ] || rm -f "$wf"' EXIT
+  if command exec 3<>"$wf" 2>/dev/null; then tm=1; fi
+fi
+pause() {
+  if [ -n "$tm" ]; then timeout 0.25 sh -c 'read -r x <&3' 2>/dev/null; else sleep 0.05; fi
 }
 while :; do
   if exit_found; then out exited; fi
