@@ -165,7 +165,13 @@ class Policy:
                 f"{tool} is in toolset {toolset!r}, which the caller's scopes do not grant",
                 details={"tool": tool, "toolset": toolset, "scopes": sorted(who.scopes)},
             )
-        if target is not None and not self.allows_target(who, target):
+        if target is not None:
+            self.check_target(who, tool=tool, target=target)
+
+    def check_target(self, who: Principal, *, tool: str, target: str) -> None:
+        """Raise ``policy_denied`` unless ``who`` may use ``target`` (also for a tool naming a task or a
+        forward by id, once its record says where it runs)."""
+        if not self.allows_target(who, target):
             _log.warning("policy_denied", principal=who.label, tool=tool, target=target)
             raise ToolFailure(
                 ErrorCode.POLICY_DENIED,

@@ -58,6 +58,11 @@ class HealthOut(Output):
 
 async def gateway_health(ctx: ToolContext, _: HealthIn) -> HealthOut:
     rt = ctx.runtime
+    transport = rt.remote.stats().model_dump(mode="json")
+    # A restricted caller learns nothing per target it may not use, nor about upstreams it cannot reach.
+    carriers = transport.get("carriers") or {}
+    transport["carriers"] = {name: carriers[name] for name in ctx.visible_targets(list(carriers))}
+    upstreams = rt.relay.health() if ctx.policy.allows_toolset(ctx.identity, "upstream") else []
     return HealthOut(
         version=rt.identity.version,
         pid=rt.identity.pid,
@@ -69,8 +74,8 @@ async def gateway_health(ctx: ToolContext, _: HealthIn) -> HealthOut:
         filtered_out=list(rt.catalog.filtered_out),
         unavailable=dict(rt.catalog.unavailable),
         audit=AuditHealth.model_validate(rt.audit.status()),
-        transport=rt.remote.stats().model_dump(mode="json"),
-        upstreams=rt.redactor.any(rt.relay.health()),  # last errors may quote credentials
+        transport=transport,
+        upstreams=rt.redactor.any(upstreams),  # last errors may quote credentials
         tasks=rt.tasks.health().model_dump(mode="json"),
         state=rt.state.status(),
         forwards=rt.forwards.stats(),

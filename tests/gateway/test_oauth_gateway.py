@@ -336,6 +336,23 @@ async def test_the_audit_record_names_the_oauth_principal(gw: GatewayProcess, id
     assert token not in (gw.state_dir / "audit.jsonl").read_text(encoding="utf-8")
 
 
+async def test_gateway_health_shows_a_restricted_caller_neither_other_targets_nor_upstreams(
+    gw: GatewayProcess, idp: AuthServer
+) -> None:
+    async def health(token: str) -> dict[str, Any]:
+        _, (out,) = await _list_and_call(gw, {"Authorization": f"Bearer {token}"}, [("gateway_health", {})])
+        return dict(out.structured_content)
+
+    web = idp.issue("wendy", "remoteops:inspect", groups=["web"])  # the group granted t2
+    await _list_and_call(gw, {"Authorization": f"Bearer {web}"}, [("target_capabilities", {"target": "t2"})])
+    assert "t2" in (await health(web))["transport"]["carriers"]  # t2 has transport state to hide
+    inspect_only = await health(idp.issue("alice", "remoteops:inspect"))
+    assert "t2" not in inspect_only["transport"]["carriers"]
+    assert inspect_only["upstreams"] == []
+    with_upstream = await health(idp.issue("alice", "remoteops:inspect remoteops:upstream"))
+    assert [u["name"] for u in with_upstream["upstreams"]] == ["fault"]
+
+
 async def test_the_log_line_of_every_call_names_the_principal(gw: GatewayProcess, idp: AuthServer) -> None:
     token = idp.issue("erin", "remoteops:inspect")
     await _list_and_call(gw, {"Authorization": f"Bearer {token}"}, [("gateway_health", {})])
