@@ -427,3 +427,21 @@ def test_the_inspector_cli_lists_tools_with_a_real_oauth_token(
     assert run.returncode == 0, f"{run.describe()}\n--- gateway stderr ---\n{gw.stderr_text()[-4000:]}"
     names = {tool["name"] for tool in json.loads(run.stdout)["result"]["tools"]}
     assert names == INSPECT_TOOLS | EXECUTE_TOOLS
+
+
+def test_the_inspector_cli_with_an_inspect_only_token_does_not_find_an_execute_tool_and_fails_fast(
+    inspector: InstalledTool,  # noqa: F811 - the session fixture imported above
+    gw: GatewayProcess,
+    idp: AuthServer,
+    tmp_path: Path,
+) -> None:
+    # A real client looks the tool up in tools/list first: the policy hid it, so the call is never sent
+    # (clients that send it anyway get the 403 step-up challenge, tested above).
+    token = idp.issue("alice", "remoteops:inspect")
+    argv = ["--cli", gw.url, "--transport", "http", "--method", "tools/call", "--tool-name", "remote_exec"]
+    argv += ["--tool-arg", "target=t1", "--format", "json", "--stored-auth-only"]
+    argv += ["--header", f"Authorization: Bearer {token}"]
+    run = inspector.run(argv, timeout_s=CLIENT_TIMEOUT_S, home=tmp_path)  # raises TimeoutError if it hangs
+    assert run.returncode != 0, run.describe()
+    error = json.loads(run.stderr.strip().splitlines()[-1])["error"]
+    assert error["code"] == "tool_not_found", run.describe()
