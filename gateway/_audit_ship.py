@@ -207,6 +207,7 @@ class AuditShipper:
                 _log.error("audit_ship_record_rejected", seq=first, stream=self.spool_store.stream)
             else:
                 self.delivered += len(lines)
+                self._batch = min(self._cfg.batch_records, self._batch * 2)  # back up after a shrink
                 self.last_delivered_at = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
                 self._recovered()
             await anyio.to_thread.run_sync(self.spool_store.ack, first + len(lines))
