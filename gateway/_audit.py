@@ -18,6 +18,10 @@ Lifecycle: ``async with AuditLog(...)`` runs the writer task; leaving it writes 
 ``close_timeout_s``, shielded from cancellation) and counts anything it could not write as failed.
 
 Relayed resource reads and prompt gets leave one record each too (``relayed_request``), on the same path.
+
+With ``[audit.ship]`` the writer also hands every batch it wrote (the same lines) to the
+:class:`~gateway._audit_ship.AuditShipper` in the same worker thread, which spools them on disk and POSTs
+them to the collector; it is entered before the writer starts and closed after the writer finished.
 """
 
 from __future__ import annotations
@@ -28,7 +32,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Self
+from typing import TYPE_CHECKING, Any, Self
 
 import anyio
 import structlog
@@ -37,6 +41,9 @@ from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStre
 from structlog.typing import EventDict, WrappedLogger
 
 from gateway._redact import Redactor
+
+if TYPE_CHECKING:
+    from gateway._audit_ship import AuditShipper
 
 __all__ = ["AuditLog"]
 
@@ -158,8 +165,10 @@ class AuditLog:
         redactor: Redactor,
         queue_records: int = QUEUE_RECORDS,
         close_timeout_s: float = _CLOSE_TIMEOUT_S,
+        shipper: AuditShipper | None = None,
     ) -> None:
         self.path = path
+        self.shipper = shipper
         self._file = _AuditFile(path, max_bytes, backups)
         self._redactor = redactor
         self._capacity = queue_records
@@ -188,6 +197,8 @@ class AuditLog:
     # ------------------------------------------------------------------------------------------ lifecycle
 
     async def __aenter__(self) -> Self:
+        if self.shipper is not None:
+            await self.shipper.__aenter__()
         send, receive = anyio.create_memory_object_stream[str](self._capacity)
         self._writer_scope = anyio.CancelScope(shield=True)
         self._writer_done = anyio.Event()
@@ -216,6 +227,8 @@ class AuditLog:
             self.failed += unsettled
             self._failing(f"closed with {unsettled} record(s) not written within {self._close_timeout_s} s")
             self._notify_progress()
+        if self.shipper is not None:
+            await self.shipper.__aexit__(exc_type, exc, tb)
 
     async def flush(self) -> None:
         """Wait until every record handed over so far is written or counted as failed or dropped.
@@ -282,7 +295,9 @@ class AuditLog:
                         batch.append(receive.receive_nowait())
                     except (anyio.WouldBlock, anyio.EndOfStream):
                         break
-                outcome = await anyio.to_thread.run_sync(self._file.append, batch, abandon_on_cancel=True)
+                outcome = await anyio.to_thread.run_sync(self._write, batch, abandon_on_cancel=True)
+                if self.shipper is not None:
+                    self.shipper.wake()
                 self.written += outcome.written
                 if outcome.error is None:
                     self._recovered()
@@ -291,6 +306,13 @@ class AuditLog:
                     self._failing(outcome.error)
                 self._notify_progress()
         done.set()
+
+    def _write(self, batch: list[str]) -> _Outcome:
+        """Worker thread: the batch to the file, then (whatever the file said) to the shipper's spool."""
+        outcome = self._file.append(batch)
+        if self.shipper is not None:
+            self.shipper.spool(batch)
+        return outcome
 
     # ------------------------------------------------------------------------------------------ records
 
@@ -368,4 +390,5 @@ class AuditLog:
             "records_pending": self.enqueued - self._settled(),
             "healthy": self.last_error is None,
             "last_error": self.last_error,
+            "ship": self.shipper.status() if self.shipper is not None else None,
         }

@@ -34,5 +34,12 @@ class ToolContext:
     def visible_targets(self, names: list[str]) -> list[str]:
         return self.policy.visible_targets(self.identity, names)
 
+    def check_target(self, tool: str, target: str) -> None:
+        """``policy_denied`` unless the caller may use ``target``: for tools that name a task, forward or
+        session by id rather than a target (the dispatcher checks a ``target`` argument itself). The
+        target goes into the call's audit record."""
+        self.audit_facts["target"] = target
+        self.policy.check_target(self.identity, tool=tool, target=target)
+
     audit_facts: dict[str, Any] = field(default_factory=dict)
     """Facts a tool adds to its call's audit record (e.g. a transfer's paths, sizes and hashes)."""

@@ -270,6 +270,17 @@ async def dispatch_call(
         outcome, code = "error", failure.code.value
         return error_result(failure, rt.redactor)
     finally:
+        duration_ms = (time.perf_counter() - started) * 1000
+        # The log's canonical line of the call (principal and request_id come from the bound context).
+        _log.info(
+            "tool_call",
+            tool=name,
+            toolset=toolset,
+            target=target,
+            outcome=outcome,
+            error_code=code,
+            duration_ms=round(duration_ms, 3),
+        )
         rt.audit.tool_call(
             request_id=request_id,
             principal=principal.label,
@@ -278,7 +289,7 @@ async def dispatch_call(
             target=target,
             outcome=outcome,
             error_code=code,
-            duration_ms=(time.perf_counter() - started) * 1000,
+            duration_ms=duration_ms,
             arguments=arguments,
             incident=incident,
             identity=principal.audit_fields(),

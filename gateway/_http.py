@@ -9,8 +9,12 @@
   that serves nothing, and clients would start an interactive OAuth flow); that belongs to an OAuth mode.
 * ``auth.mode = "oauth"``: the gateway is an OAuth 2.1 resource server (``gateway._oauth``). The SDK's
   bearer middleware checks each token with :class:`~gateway._oauth.OAuthVerifier`; the RFC 9728
-  protected-resource metadata is served at ``/.well-known/oauth-protected-resource<path>`` and names the
-  configured issuer as the authorization server; a 401 points to it (``resource_metadata=``).
+  protected-resource metadata is served at ``/.well-known/oauth-protected-resource<path>``, names the
+  configured issuer as the authorization server and lists the configured scopes (``scopes_supported``);
+  a 401 points to it (``resource_metadata=``). A ``tools/call`` outside the token's scopes gets 403
+  ``insufficient_scope`` naming the scopes to ask for (``gateway._http_scope``). The SDK ties
+  ``scopes_supported`` to ``required_scopes`` (which every token would then need), so its metadata route
+  is replaced by one built with the SDK's own route factory, and the MCP route is wrapped in place.
 * ``auth.trusted_proxy`` (bearer or oauth mode): identity headers of an authenticating proxy in front,
   believed only from its loopback peers with its shared secret (``gateway._oauth_proxy``).
 * ``GET /healthz`` answers without auth: status only, no secrets, no tool data.
@@ -24,17 +28,21 @@ import secrets
 from pathlib import Path
 
 from mcp.server.auth.provider import AccessToken, TokenVerifier
+from mcp.server.auth.routes import build_resource_metadata_url, create_protected_resource_routes
 from mcp.server.auth.settings import AuthSettings as SdkAuthSettings
 from mcp.server.transport_security import TransportSecuritySettings
+from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse
-from starlette.routing import Route
+from starlette.routing import BaseRoute, Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from gateway._errors import ConfigError
+from gateway._http_scope import ScopeChallenge
 from gateway._oauth_proxy import ProxyAwareVerifier, TrustedProxy, read_secret_file
 from gateway._policy import KIND_CLAIM
 from gateway._redact import Redactor
+from gateway._runtime import Runtime
 from gateway._server import GatewayServer
 from gateway.config import Settings
 from remoteops import atomic_write
@@ -179,12 +187,48 @@ def _oauth_auth(settings: Settings, url: str, redactor: Redactor) -> tuple[SdkAu
     return auth, OAuthVerifier(cfg, resource=resource, introspection_secret=secret)
 
 
+def _route(app: Starlette, path: str) -> tuple[int, Route]:
+    for index, route in enumerate(app.router.routes):
+        if isinstance(route, Route) and route.path == path:
+            return index, route
+    raise RuntimeError(f"the SDK's app has no route {path}")  # an SDK change: fail at start-up, loudly
+
+
+def _oauth_routes(
+    app: Starlette, server: GatewayServer, settings: Settings, auth: SdkAuthSettings, runtime: Runtime
+) -> None:
+    """RFC 9728 metadata with ``scopes_supported``, and step-up 403s on the MCP route (see above)."""
+    resource = auth.resource_server_url
+    if resource is None:
+        raise RuntimeError("oauth mode without a resource URL")
+    metadata: list[BaseRoute] = list(
+        create_protected_resource_routes(
+            resource_url=resource,
+            authorization_servers=[auth.issuer_url],
+            scopes_supported=list(settings.auth.scopes),
+        )
+    )
+    for new in metadata:
+        if isinstance(new, Route):
+            index, _ = _route(app, new.path)
+            app.router.routes[index] = new
+    _, mcp_route = _route(app, settings.server.path)
+    mcp_route.app = ScopeChallenge(
+        mcp_route.app,
+        runtime=runtime,
+        policy=server.policy,
+        resource_metadata_url=str(build_resource_metadata_url(resource)),
+        max_body_bytes=settings.server.max_body_bytes,
+    )
+
+
 def build_http_app(
     server: GatewayServer,
     settings: Settings,
     *,
     token: str | None,
     port: int,
+    runtime: Runtime,
     redactor: Redactor | None = None,
 ) -> ASGIApp:
     """The Starlette app. ``token=None`` means auth is off (validated by the caller: explicit + loopback),
@@ -226,5 +270,7 @@ def build_http_app(
         token_verifier=verifier,
         custom_starlette_routes=[Route("/healthz", healthz, methods=["GET"])],
     )
+    if settings.auth.mode == "oauth" and auth is not None:
+        _oauth_routes(app, server, settings, auth, runtime)
     proxy.wrap(app)
     return TrimHeaderWhitespace(proxy)

@@ -137,6 +137,25 @@ class Policy:
     def visible_targets(self, who: Principal, names: Iterable[str]) -> list[str]:
         return [name for name in names if self.allows_target(who, name)]
 
+    def scope_challenge(self, who: Principal, toolset: str) -> tuple[str, ...] | None:
+        """The scopes an OAuth caller should ask its authorization server for to reach ``toolset`` (MCP
+        step-up authorization: HTTP 403 ``insufficient_scope`` with ``scope="…"``), or None when there is
+        nothing to step up to: the caller reaches ``toolset`` already, is not an OAuth token holder (a
+        proxied or operator caller gets ``policy_denied``), or no configured scope opens ``toolset``.
+
+        The answer keeps the caller's configured scopes and adds the narrowest scope that opens
+        ``toolset`` (fewest toolsets, then table order): a client that replaces its scopes with the
+        challenge's (MCP 2025-11-25) and one that adds them to its own (2026-07-28) both keep what they
+        had. Scopes the table does not know are not repeated."""
+        if who.kind != "oauth" or self.allows_toolset(who, toolset):
+            return None
+        opening = [scope for scope, toolsets in self.scope_toolsets.items() if toolset in toolsets]
+        if not opening:
+            return None
+        narrowest = min(opening, key=lambda scope: len(self.scope_toolsets[scope]))
+        kept = [scope for scope in self.scope_toolsets if scope in who.scopes]
+        return (*kept, narrowest)
+
     def check_call(self, who: Principal, *, tool: str, toolset: str, target: str | None) -> None:
         """Raise ``policy_denied`` unless ``who`` may call ``tool`` (of ``toolset``) on ``target``."""
         if not self.allows_toolset(who, toolset):
@@ -146,7 +165,13 @@ class Policy:
                 f"{tool} is in toolset {toolset!r}, which the caller's scopes do not grant",
                 details={"tool": tool, "toolset": toolset, "scopes": sorted(who.scopes)},
             )
-        if target is not None and not self.allows_target(who, target):
+        if target is not None:
+            self.check_target(who, tool=tool, target=target)
+
+    def check_target(self, who: Principal, *, tool: str, target: str) -> None:
+        """Raise ``policy_denied`` unless ``who`` may use ``target`` (also for a tool naming a task or a
+        forward by id, once its record says where it runs)."""
+        if not self.allows_target(who, target):
             _log.warning("policy_denied", principal=who.label, tool=tool, target=target)
             raise ToolFailure(
                 ErrorCode.POLICY_DENIED,

@@ -14,7 +14,7 @@ from contextlib import AsyncExitStack
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from types import TracebackType
-from typing import Self
+from typing import TYPE_CHECKING, Self
 
 from gateway._audit import AuditLog
 from gateway._catalog import AnySpec, Catalog, build_catalog
@@ -23,6 +23,9 @@ from gateway._relay import Relay
 from gateway._version import __version__
 from gateway.config import Settings
 from remoteops import ForwardManager, RemoteOps, RemoteTasks, StateForwardStore, StateStore, Transfers
+
+if TYPE_CHECKING:
+    from gateway._audit_ship import AuditShipper
 
 __all__ = ["Identity", "Runtime"]
 
@@ -35,6 +38,14 @@ class Identity:
     pid: int
     started_at: str
     started_monotonic: float
+
+
+def _shipper(settings: Settings, redactor: Redactor) -> AuditShipper | None:
+    if not settings.audit.ship.url:
+        return None
+    from gateway._audit_ship import build_shipper  # tenacity and httpx only when shipping is configured
+
+    return build_shipper(settings, redactor)
 
 
 class Runtime:
@@ -62,6 +73,7 @@ class Runtime:
             max_bytes=settings.audit.max_bytes,
             backups=settings.audit.backups,
             redactor=self.redactor,
+            shipper=_shipper(settings, self.redactor),
         )
         self.remote = RemoteOps(settings.transport, settings.targets)
         self.state = StateStore(settings.state_dir)

@@ -142,7 +142,7 @@ async def serve_http(
     url = public_url(settings, port)
     async with Runtime(settings, specs, redactor=redactor) as rt:
         server = build_server(rt)
-        app = build_http_app(server, settings, token=token, port=port, redactor=redactor)
+        app = build_http_app(server, settings, token=token, port=port, runtime=rt, redactor=redactor)
         config = uvicorn.Config(
             app,
             log_config=None,

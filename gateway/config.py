@@ -27,6 +27,7 @@ __all__ = [
     "DEFAULT_SCOPES",
     "ENV_PREFIX",
     "AuditSettings",
+    "AuditShipSettings",
     "AuthSettings",
     "OAuthSettings",
     "ServerSettings",
@@ -231,6 +232,42 @@ class AuthSettings(BaseModel):
         return self
 
 
+class AuditShipSettings(BaseModel):
+    """``[audit.ship]``: audit records also POSTed to a collector (``gateway._audit_ship``)."""
+
+    model_config = _FROZEN
+
+    url: str = ""
+    """The collector's endpoint (https, or http on loopback only); empty = no shipping."""
+    bearer_token_file: Path | None = None
+    """File (0600) holding the bearer token sent to the collector."""
+    spool_max_bytes: Annotated[int, Field(ge=64 * 1024)] = 64 * 1024 * 1024
+    """Records waiting for the collector, on disk under ``<state_dir>/audit-spool``, at most this much."""
+    when_full: Literal["drop_oldest", "refuse_new"] = "drop_oldest"
+    """What a full spool gives up: its oldest undelivered records, or the new ones (both counted)."""
+    batch_records: Annotated[int, Field(ge=1, le=10_000)] = 200
+    batch_max_bytes: Annotated[int, Field(ge=4096, le=64 * 1024 * 1024)] = 1024 * 1024
+    timeout_s: Annotated[float, Field(gt=0, le=300)] = 10.0
+    """Ceiling of one POST."""
+    backoff_initial_s: Annotated[float, Field(gt=0, le=60)] = 0.5
+    backoff_max_s: Annotated[float, Field(gt=0, le=3600)] = 30.0
+
+    @field_validator("url")
+    @classmethod
+    def _https_or_loopback(cls, value: str) -> str:
+        """Records travel over HTTPS; plain HTTP only to a collector on loopback. No credentials in it."""
+        if not value:
+            return value
+        parts = urlsplit(value)
+        if parts.username is not None or parts.password is not None:
+            raise ValueError("no credentials in the URL (use bearer_token_file)")
+        if (parts.scheme == "https" and parts.hostname) or (
+            parts.scheme == "http" and _is_loopback(parts.hostname)
+        ):
+            return value
+        raise ValueError("must be an https:// URL (http:// only on loopback)")
+
+
 class AuditSettings(BaseModel):
     model_config = _FROZEN
 
@@ -238,6 +275,7 @@ class AuditSettings(BaseModel):
     """JSONL audit file; defaults to ``<state_dir>/audit.jsonl``."""
     max_bytes: Annotated[int, Field(ge=4096)] = 10 * 1024 * 1024
     backups: Annotated[int, Field(ge=0, le=100)] = 3
+    ship: AuditShipSettings = AuditShipSettings()
 
 
 class ToolSettings(BaseModel):

@@ -154,6 +154,10 @@ class ForwardManager:
             raise ForwardNotFound(f"no forward {forward_id!r}", forward_id=forward_id)
         return record
 
+    def target_of(self, forward_id: str) -> str:
+        """The target a known forward goes through, from its record (nothing is checked)."""
+        return self._get(forward_id).spec.target
+
     def _check_bind(self, spec: ForwardSpec) -> None:
         if is_loopback(spec.bind_address) or spec.bind_address in self._settings.allowed_bind_addresses:
             return

@@ -144,6 +144,10 @@ class RemoteTasks:
             raise TaskNotFound(f"no task {task_id!r}", task_id=task_id)
         return record
 
+    def target_of(self, task_id: str) -> str:
+        """The target a known task runs on, from its record (nothing is asked of the target)."""
+        return self._get(task_id).target
+
     def _lock(self, task_id: str) -> anyio.Lock:
         return self._locks.setdefault(task_id, anyio.Lock())
 

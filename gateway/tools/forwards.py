@@ -102,14 +102,18 @@ async def forward_create(ctx: ToolContext, args: CreateIn) -> ForwardCreated:
 
 
 async def forward_list(ctx: ToolContext, _: ListIn) -> ListOut:
-    return ListOut(forwards=await ctx.runtime.forwards.list())
+    views = await ctx.runtime.forwards.list()
+    visible = set(ctx.visible_targets(sorted({v.target for v in views})))  # a restricted caller: its own
+    return ListOut(forwards=[v for v in views if v.target in visible])
 
 
 async def forward_status(ctx: ToolContext, args: ForwardIdIn) -> ForwardView:
+    ctx.check_target("forward_status", ctx.runtime.forwards.target_of(args.id))
     return await ctx.runtime.forwards.status(args.id)
 
 
 async def forward_close(ctx: ToolContext, args: ForwardIdIn) -> ForwardClosed:
+    ctx.check_target("forward_close", ctx.runtime.forwards.target_of(args.id))
     return await ctx.runtime.forwards.close(args.id)
 
 

@@ -17,6 +17,28 @@ class HealthIn(Input):
     pass
 
 
+class AuditShipHealth(Output):
+    url: str = Field(description="The collector (scheme, host and path; never a query string).")
+    healthy: bool = Field(description="False while POSTs fail or the spool's disk refuses records.")
+    last_error: str | None
+    stream: str = Field(description="This spool's stream id: with seq, each record's idempotency key.")
+    next_seq: int = Field(description="The sequence number the next record gets.")
+    pending_records: int = Field(description="Spooled, not yet acknowledged by the collector.")
+    spool_bytes: int
+    spool_max_bytes: int
+    when_full: str = Field(description="drop_oldest or refuse_new: what a full spool gives up.")
+    spooled: int = Field(description="Records put in the spool since start.")
+    delivered: int = Field(description="Records the collector acknowledged (2xx) since start.")
+    dropped_oldest: int = Field(description="Undelivered records dropped to make room (drop_oldest).")
+    refused: int = Field(description="New records not spooled because the spool was full (refuse_new).")
+    rejected: int = Field(description="Single records the collector refused (400/413/422), skipped.")
+    lost: int = Field(description="Records cut from the spool at start-up (torn by a crash, missing).")
+    spool_failed: int = Field(description="Records the spool's disk refused.")
+    posts: int
+    post_failures: int
+    last_delivered_at: str | None
+
+
 class AuditHealth(Output):
     path: str
     records_written: int
@@ -25,6 +47,7 @@ class AuditHealth(Output):
     records_pending: int = Field(description="Records queued, not yet on disk.")
     healthy: bool = Field(description="False while writes fail or records are dropped.")
     last_error: str | None
+    ship: AuditShipHealth | None = Field(description="Audit shipping ([audit.ship]); null when off.")
 
 
 class HealthOut(Output):
@@ -58,6 +81,11 @@ class HealthOut(Output):
 
 async def gateway_health(ctx: ToolContext, _: HealthIn) -> HealthOut:
     rt = ctx.runtime
+    transport = rt.remote.stats().model_dump(mode="json")
+    # A restricted caller learns nothing per target it may not use, nor about upstreams it cannot reach.
+    carriers = transport.get("carriers") or {}
+    transport["carriers"] = {name: carriers[name] for name in ctx.visible_targets(list(carriers))}
+    upstreams = rt.relay.health() if ctx.policy.allows_toolset(ctx.identity, "upstream") else []
     return HealthOut(
         version=rt.identity.version,
         pid=rt.identity.pid,
@@ -69,8 +97,8 @@ async def gateway_health(ctx: ToolContext, _: HealthIn) -> HealthOut:
         filtered_out=list(rt.catalog.filtered_out),
         unavailable=dict(rt.catalog.unavailable),
         audit=AuditHealth.model_validate(rt.audit.status()),
-        transport=rt.remote.stats().model_dump(mode="json"),
-        upstreams=rt.redactor.any(rt.relay.health()),  # last errors may quote credentials
+        transport=transport,
+        upstreams=rt.redactor.any(upstreams),  # last errors may quote credentials
         tasks=rt.tasks.health().model_dump(mode="json"),
         state=rt.state.status(),
         forwards=rt.forwards.stats(),

@@ -98,11 +98,18 @@ async def task_start(ctx: ToolContext, args: TaskStartIn) -> TaskInfo:
         raise _invalid(exc) from None
 
 
+def _own(ctx: ToolContext, tool: str, task_id: str) -> None:
+    """The caller may reach this task only if it may reach the task's target (checked before the target)."""
+    ctx.check_target(tool, ctx.runtime.tasks.target_of(task_id))
+
+
 async def task_status(ctx: ToolContext, args: TaskIdIn) -> TaskInfo:
+    _own(ctx, "task_status", args.task_id)
     return await ctx.runtime.tasks.status(args.task_id)
 
 
 async def task_output(ctx: ToolContext, args: TaskOutputIn) -> TaskOutput:
+    _own(ctx, "task_output", args.task_id)
     try:
         return await ctx.runtime.tasks.output(
             args.task_id,
@@ -124,6 +131,7 @@ async def task_wait(ctx: ToolContext, args: TaskWaitIn) -> TaskWaitResult:
             f"timeout_s {args.timeout_s} exceeds the configured ceiling {ceiling}",
             details={"limit_s": ceiling},
         )
+    _own(ctx, "task_wait", args.task_id)
 
     async def progress(size: int) -> None:
         await ctx.report_progress(float(size), None, f"{size} bytes of output so far")
@@ -137,11 +145,21 @@ async def task_wait(ctx: ToolContext, args: TaskWaitIn) -> TaskWaitResult:
 
 
 async def task_list(ctx: ToolContext, args: TaskListIn) -> TaskListOut:
-    tasks, total = ctx.runtime.tasks.list_tasks(target=args.target, state=args.state, limit=args.limit)
-    return TaskListOut(tasks=tasks, total=total, truncated=len(tasks) < total)
+    tasks = ctx.runtime.tasks
+    if args.target is not None or ctx.policy.targets(ctx.identity) is None:
+        found, total = tasks.list_tasks(target=args.target, state=args.state, limit=args.limit)
+        return TaskListOut(tasks=found, total=total, truncated=len(found) < total)
+    # A caller restricted to some targets sees the tasks of those only (newest first, the same bound).
+    names = ctx.visible_targets([t.name for t in ctx.runtime.settings.targets])
+    per_target = [tasks.list_tasks(target=name, state=args.state, limit=args.limit) for name in names]
+    merged = sorted((i for found, _ in per_target for i in found), key=lambda i: i.created_at, reverse=True)
+    total = sum(count for _, count in per_target)
+    cap = min(args.limit or ctx.runtime.settings.tasks.list_max, ctx.runtime.settings.tasks.list_max)
+    return TaskListOut(tasks=merged[:cap], total=total, truncated=min(len(merged), cap) < total)
 
 
 async def task_cancel(ctx: ToolContext, args: TaskIdIn) -> TaskCancelResult:
+    _own(ctx, "task_cancel", args.task_id)
     return await ctx.runtime.tasks.cancel(args.task_id)
 
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -15,18 +17,22 @@ import httpx2
 import pytest
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
+from mcp.shared.exceptions import MCPError
 
 from gateway._catalog import Toolset
 from gateway._dispatch import error_payload
+from gateway.config import DEFAULT_SCOPES
 from gateway.tools import all_specs, transfers
 from tests.fixtures.gateway_proc import GatewayProcess, run_gateway
 from tests.fixtures.node_tools import InstalledTool
 from tests.fixtures.oauth_server import INTROSPECTION_CLIENT, AuthServer, run_auth_server
 from tests.gateway.test_clients import CLIENT_TIMEOUT_S, inspector  # noqa: F401 - the session fixture
+from tests.upstream.conftest import FAULT_SERVER
 
 pytestmark = [pytest.mark.slow, pytest.mark.anyio]  # a gateway subprocess per module
 
 RESOURCE = "https://gateway.example.test/mcp"
+METADATA_URL = "https://gateway.example.test/.well-known/oauth-protected-resource/mcp"
 PROXY_PEER = "127.0.0.2"  # the trusted proxy's address; the tests' own requests come from 127.0.0.1
 INIT = {
     "jsonrpc": "2.0",
@@ -69,6 +75,8 @@ def gw(
     tmp_path_factory: pytest.TempPathFactory, idp: AuthServer, proxy_secret: str
 ) -> Iterator[GatewayProcess]:
     work = tmp_path_factory.mktemp("gw-oauth")
+    (work / "fault").mkdir()
+    fault = [sys.executable, str(FAULT_SERVER), "--state-dir", str(work / "fault"), "--stdio"]
     config = {
         "auth": {
             "mode": "oauth",
@@ -88,6 +96,8 @@ def gw(
                 "scopes": ["remoteops:inspect"],
             },
         },
+        # A relayed upstream (over stdio), so that the upstream toolset has tools to hide and refuse.
+        "upstreams": [{"connection": {"name": "fault", "transport": "stdio", "command": fault}}],
         # Port 1 on loopback: nothing listens, so a call that reached ssh would fail with connect_error.
         "targets": [
             {"name": "t1", "host": "127.0.0.1", "port": 1},
@@ -140,7 +150,7 @@ def test_the_instructions_name_only_the_callers_targets_and_toolsets(
     assert "Enabled toolsets: inspect." in instructions
 
 
-def test_the_protected_resource_metadata_names_the_real_authorization_server(
+def test_the_protected_resource_metadata_names_the_real_authorization_server_and_the_scopes(
     gw: GatewayProcess, idp: AuthServer
 ) -> None:
     r = httpx.get(f"{gw.base}/.well-known/oauth-protected-resource/mcp", timeout=10)
@@ -148,6 +158,12 @@ def test_the_protected_resource_metadata_names_the_real_authorization_server(
     doc = r.json()
     assert doc["resource"] == RESOURCE
     assert doc["authorization_servers"] == [idp.issuer]
+    assert doc["scopes_supported"] == list(DEFAULT_SCOPES)
+    # What a client does next (RFC 8414): the named server's metadata is the issuer whose keys verify.
+    found = httpx.get(f"{doc['authorization_servers'][0]}/.well-known/oauth-authorization-server", timeout=10)
+    assert found.status_code == 200
+    assert found.json()["issuer"] == idp.issuer
+    assert found.json()["jwks_uri"] == idp.jwks_url
 
 
 async def _client_session(gw: GatewayProcess, headers: dict[str, str], local: str = "127.0.0.1") -> Any:
@@ -179,42 +195,117 @@ async def test_an_inspect_only_token_sees_and_reaches_only_inspect_tools_and_its
     gw: GatewayProcess, idp: AuthServer
 ) -> None:
     token = idp.issue("alice", "remoteops:inspect")
-    names, (listed, exec_, other_target) = await _list_and_call(
+    names, (listed, other_target) = await _list_and_call(
         gw,
         {"Authorization": f"Bearer {token}"},
-        [
-            ("target_list", {}),
-            ("remote_exec", {"target": "t1", "argv": ["id"]}),
-            ("target_capabilities", {"target": "t2"}),
-        ],
+        [("target_list", {}), ("target_capabilities", {"target": "t2"})],
     )
     assert names == INSPECT_TOOLS
     assert [t["name"] for t in listed.structured_content["targets"]] == ["t1"]
-    assert _code(exec_) == "policy_denied"
-    assert _code(other_target) == "policy_denied"  # refused before ssh: otherwise connect_error (port 1)
+    # Inside its scopes, another target is a policy_denied result (refused before ssh: else connect_error).
+    assert _code(other_target) == "policy_denied"
 
 
-async def test_an_execute_scope_opens_the_execute_tools_but_not_other_targets(
+def _session(gw: GatewayProcess, http: httpx.Client) -> dict[str, str]:
+    """Initialize a legacy streamable-HTTP session; the headers every later request of it carries."""
+    r = http.post(gw.url, json=INIT, headers=ACCEPT)
+    assert r.status_code == 200
+    headers = {"Mcp-Session-Id": r.headers["mcp-session-id"], "Mcp-Protocol-Version": "2025-11-25"}
+    note = {"jsonrpc": "2.0", "method": "notifications/initialized"}
+    assert http.post(gw.url, json=note, headers={**ACCEPT, **headers}).status_code == 202
+    return headers
+
+
+def _call(http: httpx.Client, gw: GatewayProcess, headers: dict[str, str], tool: str, **args: Any) -> Any:
+    request = {"jsonrpc": "2.0", "id": 7, "method": "tools/call", "params": {"name": tool, "arguments": args}}
+    return http.post(gw.url, json=request, headers={**ACCEPT, **headers})
+
+
+def _challenge(response: httpx.Response) -> dict[str, str]:
+    scheme, _, params = response.headers["www-authenticate"].partition(" ")
+    assert scheme == "Bearer"
+    return dict(re.findall(r'(\w+)="([^"]*)"', params))
+
+
+def _data(response: httpx.Response) -> dict[str, Any]:
+    data = next(line for line in response.text.splitlines() if line.startswith("data:"))
+    return dict(json.loads(data.removeprefix("data:")))
+
+
+def test_a_call_outside_the_tokens_scopes_gets_403_insufficient_scope_naming_the_scopes_to_ask_for(
     gw: GatewayProcess, idp: AuthServer
 ) -> None:
-    token = idp.issue("alice", "remoteops:inspect remoteops:execute")
-    names, (own_target, other) = await _list_and_call(
+    token = idp.issue("alice", "remoteops:inspect")
+    with httpx.Client(headers={"Authorization": f"Bearer {token}"}, timeout=10) as http:
+        session = _session(gw, http)
+        refused = _call(http, gw, session, "remote_exec", target="t1", argv=["id"])
+        assert refused.status_code == 403
+        challenge = _challenge(refused)
+        assert challenge["error"] == "insufficient_scope"
+        assert challenge["scope"].split() == ["remoteops:inspect", "remoteops:execute"]  # kept + needed
+        assert challenge["resource_metadata"] == METADATA_URL  # where the 401 points, too
+        body = refused.json()
+        assert (body["id"], body["error"]["code"]) == (7, -32600)
+        assert body["error"]["data"]["error"] == "insufficient_scope"
+        unknown = _call(http, gw, session, "no_such_tool")  # no scope opens a tool that does not exist
+        assert unknown.status_code == 200
+        assert _data(unknown)["error"]["code"] == -32602
+        # The session is still usable, and a tool inside the scopes still runs.
+        allowed = _call(http, gw, session, "target_list")
+        assert allowed.status_code == 200
+        assert [t["name"] for t in _data(allowed)["result"]["structuredContent"]["targets"]] == ["t1"]
+    records = [r for r in _audit(gw) if r["tool"] == "remote_exec" and r.get("facts", {}).get("http_status")]
+    assert records[-1]["principal"] == "oauth:alice"
+    assert records[-1]["error_code"] == "policy_denied"
+    assert records[-1]["facts"]["insufficient_scope"] == ["remoteops:inspect", "remoteops:execute"]
+    logged = [json.loads(line) for line in gw.stderr_text().splitlines() if '"insufficient_scope"' in line]
+    assert any(r.get("principal") == "oauth:alice" and r.get("tool") == "remote_exec" for r in logged)
+
+
+async def test_a_token_with_the_challenged_scopes_reaches_the_tool(
+    gw: GatewayProcess, idp: AuthServer
+) -> None:
+    token = idp.issue("alice", "remoteops:inspect")
+    with httpx.Client(headers={"Authorization": f"Bearer {token}"}, timeout=10) as http:
+        refused = _call(http, gw, _session(gw, http), "remote_exec", target="t1", argv=["id"])
+    wanted = _challenge(refused)["scope"]
+    stepped_up = idp.issue("alice", wanted)
+    _, (ran,) = await _list_and_call(
+        gw, {"Authorization": f"Bearer {stepped_up}"}, [("remote_exec", {"target": "t1", "argv": ["id"]})]
+    )
+    assert _code(ran) == "connect_error"  # it really tried to reach t1 (nothing listens on port 1)
+
+
+async def test_a_relayed_tool_without_the_upstream_scope_gets_403_and_with_it_is_relayed(
+    gw: GatewayProcess, idp: AuthServer
+) -> None:
+    token = idp.issue("alice", "remoteops:inspect")
+    with httpx.Client(headers={"Authorization": f"Bearer {token}"}, timeout=30) as http:
+        refused = _call(http, gw, _session(gw, http), "echo", text="hi")
+    assert refused.status_code == 403
+    assert _challenge(refused)["scope"].split() == ["remoteops:inspect", "remoteops:upstream"]
+    names, (echoed,) = await _list_and_call(
         gw,
-        {"Authorization": f"Bearer {token}"},
-        [("target_capabilities", {"target": "t1"}), ("remote_exec", {"target": "t2", "argv": ["id"]})],
+        {"Authorization": f"Bearer {idp.issue('alice', 'remoteops:upstream')}"},
+        [("echo", {"text": "hi"})],
     )
-    assert names == INSPECT_TOOLS | EXECUTE_TOOLS
-    assert _code(own_target) == "connect_error"  # allowed: it really tried to reach t1
-    assert _code(other) == "policy_denied"
+    assert "echo" in names
+    assert not names & INSPECT_TOOLS  # the upstream scope opens relayed tools only
+    assert echoed.structured_content == {"text": "hi"}
 
 
-async def test_a_caller_matching_no_grant_reaches_no_target(gw: GatewayProcess, idp: AuthServer) -> None:
-    token = idp.issue("carol", "remoteops:inspect")
-    _, (listed, call) = await _list_and_call(
-        gw, {"Authorization": f"Bearer {token}"}, [("target_list", {}), ("target_diagnose", {"target": "t1"})]
-    )
-    assert listed.structured_content["targets"] == []
-    assert _code(call) == "policy_denied"
+async def test_an_sdk_client_without_step_up_sees_the_403_as_the_calls_error(
+    gw: GatewayProcess, idp: AuthServer
+) -> None:
+    http = await _client_session(gw, {"Authorization": f"Bearer {idp.issue('alice', 'remoteops:inspect')}"})
+    async with http, Client(streamable_http_client(gw.url, http_client=http), mode="legacy") as client:
+        with pytest.raises(MCPError) as refused:
+            await client.call_tool("remote_exec", {"target": "t1", "argv": ["id"]})
+        assert refused.value.error.code == -32600
+        assert isinstance(refused.value.error.data, dict)
+        assert refused.value.error.data["error"] == "insufficient_scope"
+        listed = await client.call_tool("target_list", {})  # the client and its session carry on
+    assert [t["name"] for t in listed.structured_content["targets"]] == ["t1"]
 
 
 def _audit(gw: GatewayProcess) -> list[dict[str, Any]]:
@@ -230,10 +321,8 @@ def _audit(gw: GatewayProcess) -> list[dict[str, Any]]:
 
 async def test_the_audit_record_names_the_oauth_principal(gw: GatewayProcess, idp: AuthServer) -> None:
     token = idp.issue("alice", "remoteops:inspect")
-    await _list_and_call(
-        gw, {"Authorization": f"Bearer {token}"}, [("remote_exec", {"target": "t1", "argv": ["x"]})]
-    )
-    records = [r for r in _audit(gw) if r["tool"] == "remote_exec" and r["principal"] == "oauth:alice"]
+    await _list_and_call(gw, {"Authorization": f"Bearer {token}"}, [("target_diagnose", {"target": "t2"})])
+    records = [r for r in _audit(gw) if r["tool"] == "target_diagnose" and r["principal"] == "oauth:alice"]
     assert records
     assert records[-1]["identity"] == {
         "kind": "oauth",
@@ -243,8 +332,36 @@ async def test_the_audit_record_names_the_oauth_principal(gw: GatewayProcess, id
     }
     assert records[-1]["error_code"] == "policy_denied"
     denials = [json.loads(line) for line in gw.stderr_text().splitlines() if '"policy_denied"' in line]
-    assert any(d.get("principal") == "oauth:alice" and d.get("tool") == "remote_exec" for d in denials)
+    assert any(d.get("principal") == "oauth:alice" and d.get("tool") == "target_diagnose" for d in denials)
     assert token not in (gw.state_dir / "audit.jsonl").read_text(encoding="utf-8")
+
+
+async def test_gateway_health_shows_a_restricted_caller_neither_other_targets_nor_upstreams(
+    gw: GatewayProcess, idp: AuthServer
+) -> None:
+    async def health(token: str) -> dict[str, Any]:
+        _, (out,) = await _list_and_call(gw, {"Authorization": f"Bearer {token}"}, [("gateway_health", {})])
+        return dict(out.structured_content)
+
+    web = idp.issue("wendy", "remoteops:inspect", groups=["web"])  # the group granted t2
+    await _list_and_call(gw, {"Authorization": f"Bearer {web}"}, [("target_capabilities", {"target": "t2"})])
+    assert "t2" in (await health(web))["transport"]["carriers"]  # t2 has transport state to hide
+    inspect_only = await health(idp.issue("alice", "remoteops:inspect"))
+    assert "t2" not in inspect_only["transport"]["carriers"]
+    assert inspect_only["upstreams"] == []
+    with_upstream = await health(idp.issue("alice", "remoteops:inspect remoteops:upstream"))
+    assert [u["name"] for u in with_upstream["upstreams"]] == ["fault"]
+
+
+async def test_the_log_line_of_every_call_names_the_principal(gw: GatewayProcess, idp: AuthServer) -> None:
+    token = idp.issue("erin", "remoteops:inspect")
+    await _list_and_call(gw, {"Authorization": f"Bearer {token}"}, [("gateway_health", {})])
+    lines = [json.loads(line) for line in gw.stderr_text().splitlines() if '"tool_call"' in line]
+    mine = [r for r in lines if r.get("principal") == "oauth:erin" and r.get("tool") == "gateway_health"]
+    assert mine
+    assert (mine[-1]["outcome"], mine[-1]["error_code"], mine[-1]["level"]) == ("ok", None, "info")
+    assert isinstance(mine[-1]["request_id"], str)
+    assert token not in gw.stderr_text()
 
 
 async def test_identity_headers_from_the_trusted_proxy_with_its_secret_name_the_caller(
@@ -310,3 +427,21 @@ def test_the_inspector_cli_lists_tools_with_a_real_oauth_token(
     assert run.returncode == 0, f"{run.describe()}\n--- gateway stderr ---\n{gw.stderr_text()[-4000:]}"
     names = {tool["name"] for tool in json.loads(run.stdout)["result"]["tools"]}
     assert names == INSPECT_TOOLS | EXECUTE_TOOLS
+
+
+def test_the_inspector_cli_with_an_inspect_only_token_does_not_find_an_execute_tool_and_fails_fast(
+    inspector: InstalledTool,  # noqa: F811 - the session fixture imported above
+    gw: GatewayProcess,
+    idp: AuthServer,
+    tmp_path: Path,
+) -> None:
+    # A real client looks the tool up in tools/list first: the policy hid it, so the call is never sent
+    # (clients that send it anyway get the 403 step-up challenge, tested above).
+    token = idp.issue("alice", "remoteops:inspect")
+    argv = ["--cli", gw.url, "--transport", "http", "--method", "tools/call", "--tool-name", "remote_exec"]
+    argv += ["--tool-arg", "target=t1", "--format", "json", "--stored-auth-only"]
+    argv += ["--header", f"Authorization: Bearer {token}"]
+    run = inspector.run(argv, timeout_s=CLIENT_TIMEOUT_S, home=tmp_path)  # raises TimeoutError if it hangs
+    assert run.returncode != 0, run.describe()
+    error = json.loads(run.stderr.strip().splitlines()[-1])["error"]
+    assert error["code"] == "tool_not_found", run.describe()

@@ -117,3 +117,28 @@ def test_oauth_urls_must_be_https_unless_loopback(tmp_path: Path) -> None:
     with pytest.raises(ConfigError) as refused:
         load_settings(config, environ={})
     assert refused.value.key == "auth.oauth.jwks_url"
+
+
+def test_a_scope_challenge_keeps_the_callers_scopes_and_adds_the_narrowest_scope_for_the_toolset() -> None:
+    table = {"ops": ["inspect", "execute", "upstream"], "run": ["execute"], "look": ["inspect"]}
+    policy = _policy(scopes=table)
+    who = policy.principal(_oauth("alice", ["look", "unknown-scope"]), STDIO)
+    assert policy.scope_challenge(who, "execute") == ("look", "run")  # "run" opens fewer toolsets than "ops"
+    assert policy.scope_challenge(who, "inspect") is None  # reached already: nothing to step up to
+    assert policy.scope_challenge(who, "root") is None  # no scope opens it: policy_denied, not a 403
+
+
+def test_equally_narrow_scopes_are_challenged_in_table_order() -> None:
+    policy = _policy(scopes={"b-exec": ["execute"], "a-exec": ["execute"]})
+    who = policy.principal(_oauth("alice", []), STDIO)
+    assert policy.scope_challenge(who, "execute") == ("b-exec",)
+
+
+def test_only_oauth_token_holders_are_challenged_to_step_up() -> None:
+    policy = _policy()
+    proxied = AccessToken(
+        token="t", client_id="proxy", scopes=[], subject="dave", claims={KIND_CLAIM: "proxy"}
+    )
+    static = AccessToken(token="t", client_id="operator", scopes=[], claims={KIND_CLAIM: "bearer"})
+    for token in (proxied, static, None):
+        assert policy.scope_challenge(policy.principal(token, STDIO), "execute") is None
