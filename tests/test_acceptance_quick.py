@@ -18,10 +18,11 @@ from acceptance._runner import selected_phases
 pytestmark = [pytest.mark.slow, pytest.mark.sshd]
 
 ROOT = Path(__file__).resolve().parents[1]
-UNBUILT = {"transfers", "forwards", "tasks", "sessions", "root", "oauth", "agent_channel"}
+UNBUILT = {"transfers", "forwards", "sessions", "root", "oauth", "agent_channel"}
 IMPLEMENTED = {
     "exec",
     "files",
+    "tasks",
     "multiplex",
     "isolation",
     "classification",
