@@ -18,11 +18,12 @@ from acceptance._runner import selected_phases
 pytestmark = [pytest.mark.slow, pytest.mark.sshd]
 
 ROOT = Path(__file__).resolve().parents[1]
-UNBUILT = {"transfers", "forwards", "sessions", "root", "oauth", "agent_channel"}
+UNBUILT = {"transfers", "forwards", "sessions", "root", "oauth"}
 IMPLEMENTED = {
     "exec",
     "files",
     "tasks",
+    "agent_channel",
     "multiplex",
     "isolation",
     "classification",

@@ -22,6 +22,7 @@ MODULES = (
     "burnin",
     "files",  # after multiplex and burnin: its calls boot the target's agent, which then carries their calls
     "tasks",
+    "agent_channel",
     "redaction",
 )
 
@@ -33,4 +34,3 @@ not_built("forwards", "port forwards over the master (-L/-R/-D), listed and canc
 not_built("sessions", "interactive remote sessions (pty) with bounded output", "session tools")
 not_built("root", "privilege: sudo/su providers, secret entry, root toolset", "privilege providers")
 not_built("oauth", "OAuth resource server: token verification, scopes, audience", "OAuth resource server")
-not_built("agent_channel", "a persistent per-target channel carrying many commands", "agent channel carrier")
