@@ -18,12 +18,13 @@ from acceptance._runner import selected_phases
 pytestmark = [pytest.mark.slow, pytest.mark.sshd]
 
 ROOT = Path(__file__).resolve().parents[1]
-UNBUILT = {"transfers", "forwards", "sessions", "root", "oauth"}
+UNBUILT = {"transfers", "sessions", "root", "oauth"}
 IMPLEMENTED = {
     "exec",
     "files",
     "tasks",
     "agent_channel",
+    "forwards",
     "multiplex",
     "isolation",
     "classification",

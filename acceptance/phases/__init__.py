@@ -23,6 +23,7 @@ MODULES = (
     "files",  # after multiplex and burnin: its calls boot the target's agent, which then carries their calls
     "tasks",
     "agent_channel",
+    "forwards",
     "redaction",
 )
 
@@ -30,7 +31,6 @@ for _module in MODULES:
     importlib.import_module(f"acceptance.phases.{_module}")  # registers its phases, in this order
 
 not_built("transfers", "transfers: rsync/scp over the master, resumable, verified", "transfer tools")
-not_built("forwards", "port forwards over the master (-L/-R/-D), listed and cancelled", "forward tools")
 not_built("sessions", "interactive remote sessions (pty) with bounded output", "session tools")
 not_built("root", "privilege: sudo/su providers, secret entry, root toolset", "privilege providers")
 not_built("oauth", "OAuth resource server: token verification, scopes, audience", "OAuth resource server")
