@@ -18,13 +18,14 @@ from acceptance._runner import selected_phases
 pytestmark = [pytest.mark.slow, pytest.mark.sshd]
 
 ROOT = Path(__file__).resolve().parents[1]
-UNBUILT = {"transfers", "sessions", "root", "oauth"}
+UNBUILT = {"sessions", "root", "oauth"}
 IMPLEMENTED = {
     "exec",
     "files",
     "tasks",
     "agent_channel",
     "forwards",
+    "transfers",
     "multiplex",
     "isolation",
     "classification",

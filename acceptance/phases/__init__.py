@@ -24,13 +24,13 @@ MODULES = (
     "tasks",
     "agent_channel",
     "forwards",
+    "transfers",
     "redaction",
 )
 
 for _module in MODULES:
     importlib.import_module(f"acceptance.phases.{_module}")  # registers its phases, in this order
 
-not_built("transfers", "transfers: rsync/scp over the master, resumable, verified", "transfer tools")
 not_built("sessions", "interactive remote sessions (pty) with bounded output", "session tools")
 not_built("root", "privilege: sudo/su providers, secret entry, root toolset", "privilege providers")
 not_built("oauth", "OAuth resource server: token verification, scopes, audience", "OAuth resource server")
