@@ -112,7 +112,7 @@ async def tasks(ctx: PhaseContext) -> None:
         return info
 
     # -- output by cursor: every byte once, in order, while the task is still printing ------------------
-    lines = ctx.n(2000, 20000)
+    lines = ctx.n(1000, 20000)
     printer = await start(_printer(lines))
     chunk = 1999  # odd: chunks end mid-line
     data, reads, spans = await _read_all(call, printer["id"], chunk, ctx.n(30, 120))
