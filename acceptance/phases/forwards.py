@@ -11,7 +11,8 @@ import secrets
 import signal
 import socket
 import threading
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from contextlib import AsyncExitStack, contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -34,7 +35,7 @@ FETCH = (
 
 
 @contextmanager
-def _http_server(body: bytes) -> Iterator[int]:
+def _http_server(body: bytes) -> Iterator[tuple[int, threading.Thread]]:
     """An HTTP server on 127.0.0.1 (the target's loopback: the target is this machine) answering every GET
     with ``body`` + the request path; stopped and joined on exit."""
 
@@ -53,7 +54,7 @@ def _http_server(body: bytes) -> Iterator[int]:
     thread = threading.Thread(target=server.serve_forever, name="acc-forwards-http", daemon=True)
     thread.start()
     try:
-        yield int(server.server_address[1])
+        yield int(server.server_address[1]), thread
     finally:
         server.shutdown()
         server.server_close()
@@ -114,7 +115,8 @@ async def forwards(ctx: PhaseContext) -> None:
     env = ctx.env
     assert env.sshd is not None
     token = secrets.token_hex(8).encode()
-    http_port = ctx.stack.enter_context(_http_server(token))
+    http_port, server_thread = ctx.stack.enter_context(_http_server(token))
+    ctx.created("the phase's HTTP server thread stopped", lambda: not server_thread.is_alive())
     ids: list[str] = []
     pids: list[int] = []
     ctx.created(
@@ -167,7 +169,9 @@ async def forwards(ctx: PhaseContext) -> None:
     status = structured(await call("forward_status", {"id": dview["id"]}))
     checks = _checks(status)
     ctx.check(
-        status["last_health"]["healthy"] and checks.get("socks_handshake") and checks.get("local_listener"),
+        status["last_health"]["healthy"] is True
+        and checks.get("socks_handshake") is True
+        and checks.get("local_listener") is True,
         f"-D health: {status['last_health']}",
     )
 
@@ -245,8 +249,8 @@ async def forwards(ctx: PhaseContext) -> None:
     )
 
 
-async def timed_sync(fn: Any, *args: Any) -> tuple[Any, float]:
-    """Run a blocking client call in a worker thread; (its result, milliseconds)."""
-    started = anyio.current_time()
+async def timed_sync(fn: Callable[..., bytes], *args: Any) -> tuple[bytes, float]:
+    """Run a blocking client request in a worker thread; (its answer, milliseconds)."""
+    started = time.perf_counter()
     result = await anyio.to_thread.run_sync(fn, *args)
-    return result, (anyio.current_time() - started) * 1000
+    return result, (time.perf_counter() - started) * 1000

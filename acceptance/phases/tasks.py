@@ -11,6 +11,7 @@ import os
 import signal
 import subprocess
 import time
+from collections.abc import Awaitable, Callable
 from contextlib import AsyncExitStack
 from pathlib import Path
 from typing import Any
@@ -63,11 +64,16 @@ def _sweep(root: Path, leaked: list[str]) -> None:
 
 
 async def _read_all(
-    call: Any, task_id: str, chunk: int, ceiling_s: float
+    call: Callable[[str, dict[str, Any]], Awaitable[dict[str, Any]]],
+    task_id: str,
+    chunk: int,
+    ceiling_s: float,
 ) -> tuple[str, int, list[tuple[int, int]]]:
-    """Read the combined stream by cursor until complete; (data, reads, [(offset, next_offset)])."""
+    """Read the combined stream by cursor until complete; (data, reads made while the task was still
+    running, [(offset, next_offset)] of every read)."""
     parts: list[str] = []
     spans: list[tuple[int, int]] = []
+    while_running = 0
     since = 0
     with anyio.fail_after(ceiling_s):
         while True:
@@ -77,8 +83,9 @@ async def _read_all(
             parts.append(out["data"])
             spans.append((out["offset"], out["next_offset"]))
             since = out["next_offset"]
+            while_running += out["state"] == "running"
             if out["complete"]:
-                return "".join(parts), len(spans), spans
+                return "".join(parts), while_running, spans
             if out["returned_bytes"] == 0:  # caught up with a running task: block on the target a little
                 structured(await call("task_wait", {"task_id": task_id, "timeout_s": 0.5, "since": since}))
 
@@ -115,7 +122,7 @@ async def tasks(ctx: PhaseContext) -> None:
     lines = ctx.n(1000, 20000)
     printer = await start(_printer(lines))
     chunk = 1999  # odd: chunks end mid-line
-    data, reads, spans = await _read_all(call, printer["id"], chunk, ctx.n(30, 120))
+    data, while_running, spans = await _read_all(call, printer["id"], chunk, ctx.n(30, 120))
     want = _expected_output(lines)
     ctx.check(
         len(data) == len(want), f"cursor reads returned {len(data)} bytes, the task printed {len(want)}"
@@ -125,7 +132,14 @@ async def tasks(ctx: PhaseContext) -> None:
     ctx.check(contiguous, f"a read did not start at the previous next_offset: {spans[:5]}…")
     tail = structured(await call("task_output", {"task_id": printer["id"], "tail": True, "max_bytes": 100}))
     ctx.check(want.endswith(tail["data"]) and tail["returned_bytes"] == 100, f"tail read: {tail}")
-    ctx.figures.update({"output_bytes": len(want), "cursor_reads": reads, "mode": printer["mode"]})
+    ctx.figures.update(
+        {
+            "output_bytes": len(want),
+            "cursor_reads": len(spans),
+            "cursor_reads_while_running": while_running,
+            "mode": printer["mode"],
+        }
+    )
 
     # -- wait on a regex, then a restart while the task runs: adopted under its ID ----------------------
     gate = Gate(gates, "release")
