@@ -31,6 +31,9 @@ AWKWARD = ["with space", "new\nline", "ünïcødé ✓ 名前", "-leading-dash",
 SLACK = 256 * 1024
 """rsync matches whole blocks: a resume may resend up to about one block more than the remainder."""
 _RAW_S = 300.0
+STOP_AFTER_S = 2.5
+"""The throttled download's time limit: its probes (a few hundred ms on a loaded machine) fit well inside,
+so the copy has started and left a partial file when it is stopped."""
 
 
 def _write_random(path: Path, size: int) -> None:
@@ -164,7 +167,7 @@ async def transfers(ctx: PhaseContext) -> None:
     ctx.check(error_code(again) == "conflict", f"an existing destination with overwrite=fail: {again}")
 
     # -- a download stopped at its time limit, then resumed on evidence ----------------------------------
-    size = ctx.n(4, 16) * MIB
+    size = ctx.n(6, 16) * MIB
     _write_random(remote / "big.bin", size)
     (remote / "big.bin").chmod(0o644)
     stopped = await copy(
@@ -172,7 +175,7 @@ async def transfers(ctx: PhaseContext) -> None:
         local / "big.bin",
         remote / "big.bin",
         bwlimit_kib_s=ctx.n(1024, 4096),
-        timeout_s=1.5,
+        timeout_s=STOP_AFTER_S,
     )
     err = error_of(stopped) or {}
     left = (err.get("details") or {}).get("left_at_destination") or {}
