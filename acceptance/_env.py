@@ -13,8 +13,9 @@ import secrets
 import shutil
 import subprocess
 import tempfile
+import time
 from collections.abc import AsyncIterator, Iterator
-from contextlib import AbstractContextManager, AsyncExitStack, asynccontextmanager, contextmanager
+from contextlib import AbstractContextManager, AsyncExitStack, ExitStack, asynccontextmanager, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
@@ -27,7 +28,7 @@ from tests.fixtures.gateway_proc import GatewayProcess, run_gateway
 from tests.fixtures.procs import free_port, stop_process, wait_for_port
 from tests.fixtures.sshd import SshdInstance, sshd_unavailable_reason, start_sshd
 
-__all__ = ["Env", "Secrets", "Terminal", "enter_sync", "open_env", "proc_figures"]
+__all__ = ["Env", "RestartableGateway", "Secrets", "Terminal", "enter_sync", "open_env", "proc_figures"]
 
 T = TypeVar("T")
 
@@ -103,6 +104,61 @@ class Terminal:
         if self.proc is not None:
             await anyio.to_thread.run_sync(stop_process, self.proc)
             self.proc = None
+
+
+class RestartableGateway:
+    """A gateway subprocess that can be stopped (SIGTERM, drained, exit status kept) and started again on
+    the same state directory and control directory: what an operator's restart or upgrade does.
+
+    Each incarnation has its own work directory (config, ready file, stderr) and is kept in
+    ``Env.gateways``, so the run-wide checks (reaped, exit 0) and the redaction search cover every one.
+    """
+
+    def __init__(self, env: Env, name: str, config: dict[str, Any]) -> None:
+        self._env = env
+        self._name = name
+        self.state_dir = env.workdir / f"{name}-state"
+        self._config = {"log_level": "info", **config, "state_dir": str(self.state_dir)}
+        self._stack: ExitStack | None = None
+        self._gw: GatewayProcess | None = None
+        self.incarnations = 0
+
+    @property
+    def gw(self) -> GatewayProcess:
+        assert self._gw is not None, "the gateway is not running"
+        return self._gw
+
+    async def start(self) -> GatewayProcess:
+        assert self._stack is None, "already running"
+        self.incarnations += 1
+        work = self._env.workdir / f"{self._name}-{self.incarnations}"
+        work.mkdir()
+        stack = ExitStack()
+        try:
+            gw = await anyio.to_thread.run_sync(stack.enter_context, run_gateway(work, self._config))
+        except BaseException:
+            with anyio.CancelScope(shield=True):
+                await anyio.to_thread.run_sync(stack.close)
+            raise
+        self._stack, self._gw = stack, gw
+        self._env.gateways.append(gw)
+        return gw
+
+    async def stop(self) -> int | None:
+        """SIGTERM, bounded wait (then SIGKILL), reap; the exit status (0 after a clean drain)."""
+        stack, self._stack = self._stack, None
+        if stack is None:
+            return None
+        with anyio.CancelScope(shield=True):
+            await anyio.to_thread.run_sync(stack.close)
+        return self.gw.exit_code
+
+    async def restart(self) -> tuple[GatewayProcess, float]:
+        """Stop, then start again on the same state; the new process and the seconds the restart took."""
+        started = time.monotonic()
+        await self.stop()
+        gw = await self.start()
+        return gw, time.monotonic() - started
 
 
 @dataclass
@@ -181,6 +237,18 @@ class Env:
             gw = await enter_sync(stack, run_gateway(work, {"log_level": "info", **config}))
             self.gateways.append(gw)
             yield gw
+
+    @asynccontextmanager
+    async def restartable_gateway(
+        self, name: str, config: dict[str, Any]
+    ) -> AsyncIterator[RestartableGateway]:
+        """A gateway that the phase may ``restart()`` on the same state (stopped when the phase ends)."""
+        gateway = RestartableGateway(self, name, config)
+        await gateway.start()
+        try:
+            yield gateway
+        finally:
+            await gateway.stop()
 
     @asynccontextmanager
     async def client_of(self, gw: GatewayProcess) -> AsyncIterator[GatewayClient]:

@@ -3,17 +3,35 @@
 from __future__ import annotations
 
 import math
+import select
+import shutil
 import statistics
+import tempfile
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
+from pathlib import Path
 from typing import Any
 
 import anyio
 
 from acceptance._env import Env
 from acceptance._mcp import error_code, structured
+from acceptance._registry import PhaseContext
 
-__all__ = ["RELAYED_TOOL", "health", "ms_figures", "timed", "upstream_health", "wait_relay_ok", "wait_until"]
+__all__ = [
+    "RELAYED_TOOL",
+    "health",
+    "ms_figures",
+    "own_gateway_config",
+    "pidfd_exited",
+    "running",
+    "shared_dir",
+    "timed",
+    "upstream_health",
+    "wait_relay_ok",
+    "wait_stopped",
+    "wait_until",
+]
 
 RELAYED_TOOL = "list_sessions"
 """A cheap libtmux-mcp tool (one ``tmux list-sessions``) used wherever a relayed call is needed."""
@@ -62,3 +80,55 @@ def ms_figures(prefix: str, samples_ms: list[float]) -> dict[str, float]:
         f"{prefix}_p95_ms": round(p95, 2),
         f"{prefix}_max_ms": round(ordered[-1], 2),
     }
+
+
+def own_gateway_config(env: Env, targets: Iterable[dict[str, Any]], **sections: Any) -> dict[str, Any]:
+    """The configuration of a phase's own gateway: the run's sshd, a fresh short control directory, the
+    given targets (``{"name": ..., "host": <sshd alias>, ...}``) and extra sections."""
+    assert env.sshd is not None
+    transport = {
+        "ssh_config_file": str(env.sshd.ssh_config),
+        "control_dir": str(env.control_dir()),
+        "connect_timeout_s": 5,
+        **sections.pop("transport", {}),
+    }
+    return {"transport": transport, "targets": list(targets), **sections}
+
+
+def shared_dir(ctx: PhaseContext, prefix: str) -> Path:
+    """A directory the target's plain user may write (the target is this machine), removed with the
+    phase's stack and checked gone; its path is a run marker (no process may mention it at the end)."""
+    path = Path(tempfile.mkdtemp(prefix=prefix, dir="/tmp"))
+    path.chmod(0o777)  # a throwaway directory of this phase; another uid (the target user) writes in it
+    ctx.env.markers.append(str(path))
+    ctx.stack.callback(shutil.rmtree, path, True)
+    ctx.created(f"{path} removed", lambda: not path.exists())
+    return path
+
+
+def running(pid: int) -> bool:
+    """Alive and not a zombie (a zombie re-parented to a PID 1 that does not reap runs nothing)."""
+    try:
+        raw = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return raw.rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+
+
+async def wait_stopped(pids: Iterable[int], ceiling_s: float) -> bool:
+    """Until none of ``pids`` runs (bounded); True when they all stopped in time."""
+    wanted = list(pids)
+
+    async def stopped() -> bool:
+        return not any(running(pid) for pid in wanted)
+
+    with anyio.move_on_after(ceiling_s):
+        await wait_until(stopped, ceiling_s + 1, interval_s=0.05)
+        return True
+    return False
+
+
+def pidfd_exited(fd: int) -> bool:
+    """A pidfd turns readable once its process exited (zombie or reaped): never a recycled pid."""
+    ready, _, _ = select.select([fd], [], [], 0)
+    return bool(ready)
