@@ -46,7 +46,7 @@ command -v tmux >/dev/null 2>&1 || fail missing tmux
 tmx() {
   n=0
   while :; do
-    if tmux -S "$sock" "$@" 2>"$errf"; then return 0; fi
+    if tmux -f /dev/null -S "$sock" "$@" 2>"$errf"; then return 0; fi
     if grep -q 'server exited unexpectedly' "$errf" 2>/dev/null && [ "$n" -lt 5 ]; then
       n=$((n + 1))
       sleep 0.1
@@ -59,16 +59,18 @@ absent() {
   [ ! -S "$sock" ] && return 0
   grep -q -e 'no server running' -e 'No such file or directory' -e 'Connection refused' "$errf" 2>/dev/null
 }
-# alive SID CREATED: 0 alive, 1 gone; an unexplained tmux failure ends the program (never guessed)
+# alive SID CREATED DIR: 0 alive, 1 gone; an unexplained tmux failure ends the program (never guessed).
+# The directory (a fresh random name per incarnation) makes the identity unique even when a new server
+# reuses a session id within the same second.
 alive() {
   [ -S "$sock" ] || return 1
-  if ! sl=$(tmx list-sessions -F '#{session_id} #{session_created} #{pane_pipe}' </dev/null); then
+  if ! sl=$(tmx list-sessions -F '#{session_id} #{session_created} #{pane_pipe} #{@rog_dir}' </dev/null); then
     absent && return 1
     fail tmux "$(head -c 300 "$errf")"
   fi
   pipe=0
-  while read -r i c p; do
-    if [ "$i" = "$1" ] && [ "$c" = "$2" ]; then pipe=$p; return 0; fi
+  while read -r i c p dd; do
+    if [ "$i" = "$1" ] && [ "$c" = "$2" ] && [ "$dd" = "$3" ]; then pipe=$p; return 0; fi
   done <<EOF
 $sl
 EOF
@@ -127,10 +129,11 @@ if [ -s cwd ]; then IFS= read -r c < cwd; fi
 cd -- "$c" 2>/dev/null || cd
 exec "${SHELL:-/bin/sh}" -l
 WRAP
-# window-size is set after new-session: set on a server without sessions, tmux 3.3a crashes
+# window-size manual (the fixed size, whoever attaches) is set on the new window only: as a global option
+# tmux 3.3a crashes in the next new-session
 if ! new=$(tmx start-server \; set-option -g history-limit "$hist" \; set-option -g status off \; \
     new-session -d -P -F '#{session_id} #{session_created}' -s "$name" -x "$w" -y "$h" -c "$d" \
-    'exec sh ./wrap' \; set-option -g window-size manual </dev/null); then
+    'exec sh ./wrap' \; set-option -w window-size manual </dev/null); then
   why=$(head -c 300 "$errf")
   lookup  # a racing creator (or a creation whose answer was lost): take the live session as it is
   [ -n "$found" ] && { rm -rf -- "$d"; report; }
@@ -159,7 +162,7 @@ printf 'ROGDIR %s\n' "$d"
 # $2 sid $3 created $4 dir
 _LOOK = r"""sid=$2 created=$3 d=$4
 size "$d/out"
-if alive "$sid" "$created"; then
+if alive "$sid" "$created" "$d"; then
   printf 'ROGLOOK alive %s %s\n' "$z" "$pipe"
 else
   printf 'ROGLOOK gone %s 0\n' "$z"
@@ -169,14 +172,14 @@ fi
 # $2 sid $3 created $4 dir $5 mode (literal|paste|none) $6.. keys; the text is bound in $b64 above
 _SEND = r"""sid=$2 created=$3 d=$4 mode=$5
 shift 5
-alive "$sid" "$created" || { printf 'ROGSEND gone\n'; exit 0; }
+alive "$sid" "$created" "$d" || { printf 'ROGSEND gone\n'; exit 0; }
 size "$d/out"
 before=$z
 if [ "$mode" != none ]; then
   command -v base64 >/dev/null 2>&1 || fail missing base64
   buf=rog-$$-$(od -An -N6 -tx1 /dev/urandom | tr -d ' \n')
   # the session is alive, so the server is not closing: no retry needed (stdin cannot be replayed)
-  printf '%s' "$b64" | base64 -d | tmux -S "$sock" load-buffer -b "$buf" - 2>"$errf" \
+  printf '%s' "$b64" | base64 -d | tmux -f /dev/null -S "$sock" load-buffer -b "$buf" - 2>"$errf" \
     || fail tmux "load-buffer: $(head -c 300 "$errf")"
   if [ "$mode" = paste ]; then flag=-p; else flag=-r; fi
   if ! tmx paste-buffer -d $flag -b "$buf" -t "$sid" </dev/null; then
@@ -193,7 +196,7 @@ printf 'ROGSEND ok %s\n' "$before"
 # $2 sid $3 created $4 dir $5 view $6 since $7 max $8 lines $9 ansi (1 keep)
 _READ = r"""sid=$2 created=$3 d=$4 view=$5 since=$6 max=$7 lines=$8 keep=$9
 st=gone
-alive "$sid" "$created" && st=alive
+alive "$sid" "$created" "$d" && st=alive
 if [ "$view" = stream ]; then
   [ -f "$d/out" ] || { printf 'ROGREAD nostream\n'; exit 0; }
   size "$d/out"
@@ -266,7 +269,7 @@ search() {
   return 1
 }
 while :; do
-  if alive "$sid" "$created"; then up=1; else up=0; fi
+  if alive "$sid" "$created" "$d"; then up=1; else up=0; fi
   search && out matched
   [ "$up" = 1 ] || out session_exited
   now
@@ -278,11 +281,11 @@ done
 # $2 sid $3 created $4 dir
 _CLOSE = r"""sid=$2 created=$3 d=$4
 outcome=already_exited
-if alive "$sid" "$created"; then
+if alive "$sid" "$created" "$d"; then
   tmx kill-session -t "$sid" </dev/null >/dev/null || fail tmux "$(head -c 300 "$errf")"
   outcome=killed
   i=0
-  while alive "$sid" "$created"; do
+  while alive "$sid" "$created" "$d"; do
     i=$((i + 1))
     [ "$i" -gt 250 ] && fail kill "the session is still alive after kill-session"
     sleep 0.02

@@ -71,6 +71,11 @@ def session_key(target: str, name: str) -> str:
     return "s-" + hashlib.sha256(f"{target}\0{name}".encode()).hexdigest()[:24]
 
 
+def _identity(record: SessionRecord) -> tuple[str, str, str]:
+    """tmux session id, its creation time and the incarnation's directory (named with a random token)."""
+    return record.tmux_id, record.tmux_created, record.remote_dir
+
+
 class RemoteSessions:
     """Sessions on the configured targets of ``ops``, recorded in ``store``. An async context manager."""
 
@@ -96,11 +101,13 @@ class RemoteSessions:
         self._locks: dict[str, anyio.Lock] = {}
         self._wait_slots: dict[str, anyio.Semaphore] = {}
         self._reconciling: set[str] = set()
+        self._recovered = anyio.Event()
         self._tg: anyio.abc.TaskGroup | None = None
 
     async def __aenter__(self) -> Self:
         await self._store.open()
         self._records = await self._store.load_all(SESSIONS)
+        self._reconciling.update(r.id for r in self._records.values() if r.state == "alive")
         tg = anyio.create_task_group()
         await tg.__aenter__()
         self._tg = tg
@@ -138,10 +145,7 @@ class RemoteSessions:
     async def _mark(self, record: SessionRecord, state: SessionState) -> SessionRecord:
         """Fold one look at the target into the record; ``exited`` is final for an identity."""
         current = self._records.get(record.id)
-        if current is None or (current.tmux_id, current.tmux_created) != (
-            record.tmux_id,
-            record.tmux_created,
-        ):
+        if current is None or _identity(current) != _identity(record):
             return record  # closed or replaced meanwhile: nothing to fold in
         now = self._clock()
         if state == "exited" and current.state == "alive":
@@ -172,9 +176,10 @@ class RemoteSessions:
                     session=name,
                     reason="foreign_session",
                 )
-            same = recorded is not None and (recorded.tmux_id, recorded.tmux_created) == (
+            same = recorded is not None and _identity(recorded) == (
                 found.tmux_id,
                 found.tmux_created,
+                found.remote_dir,
             )
             now = self._clock()
             if same and recorded is not None:
@@ -441,4 +446,11 @@ class RemoteSessions:
     async def _recover(self) -> None:
         """After a restart: check each recorded live session's identity on its target; never create."""
         pending = [r for r in self._records.values() if r.state == "alive"]
-        await recover(pending, self._check, self._reconciling, event="session_recover_failed")
+        try:
+            await recover(pending, self._check, self._reconciling, event="session_recover_failed")
+        finally:
+            self._recovered.set()
+
+    async def recovered(self) -> None:
+        """Return once the startup check of the recorded sessions is done (each looked at once)."""
+        await self._recovered.wait()
