@@ -43,8 +43,10 @@ _ANSI = re.compile(
     r"|\x1b[@-_]"  # other two-character escapes
     r"|[\r\x07]"
 )
-_INCOMPLETE = re.compile(r"\x1b(\[[0-?]*[ -/]*|\][^\x07\x1b]*|[()*+])?\Z")
-_HOLD_MAX = 256  # an escape sequence longer than this is not held back any further
+_INCOMPLETE = re.compile(r"\x1b(\[[0-?]*[ -/]*|\](?:[^\x07\x1b]|\x1b(?!\\))*\x1b?|[()*+])?\Z")
+_COMPLETE = re.compile(r"\x1b(\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(\x07|\x1b\\)|[()*+][0-9A-Za-z]|[^\[\]()*+])")
+HOLD_MAX = 256
+"""An escape sequence longer than this is never held back (it is returned, stripped as far as it can be)."""
 
 
 def strip_ansi(text: str) -> str:
@@ -54,9 +56,29 @@ def strip_ansi(text: str) -> str:
 
 def unfinished_escape(data: bytes) -> int:
     """How many trailing bytes of ``data`` are an escape sequence that may continue in later output."""
-    tail = data[-_HOLD_MAX:].decode("latin-1")
+    tail = data[-HOLD_MAX:].decode("latin-1")
     found = _INCOMPLETE.search(tail)
     return len(tail) - found.start() if found else 0
+
+
+def escape_safe_cut(data: bytes, limit: int, *, at_end: bool, final: bool) -> bytes:
+    """The prefix of ``data`` (at most ``limit`` bytes, plus the rest of an escape sequence that starts the
+    chunk) that ends on no escape sequence cut in two, so that stripping chunk by chunk equals stripping the
+    whole stream. ``data`` may hold up to HOLD_MAX bytes beyond ``limit`` to look ahead; ``at_end``: it
+    reaches the end of the stream as it stands; ``final``: nothing will ever follow."""
+    body = data[:limit]
+    hold = unfinished_escape(body)
+    if not hold or (final and len(body) == len(data)):
+        return body
+    start = len(body) - hold
+    if start > 0:
+        return body[:start]  # cut before the sequence: the next read starts with it
+    whole = _COMPLETE.match(data.decode("latin-1"))
+    if whole is not None:
+        return data[: whole.end()]
+    if at_end and len(data) < HOLD_MAX and not final:
+        return b""  # only the start of a sequence is there yet: it is returned once complete
+    return body
 
 
 @dataclass(frozen=True)

@@ -53,7 +53,7 @@ from ._session_models import (
     SessionView,
     SessionWaitResult,
 )
-from ._session_wire import SessionWire, Waited, strip_ansi, unfinished_escape
+from ._session_wire import HOLD_MAX, SessionWire, Waited, escape_safe_cut, strip_ansi
 from ._settings import TransportSettings
 from ._state import Collection, StateStore
 from ._task_upkeep import recover
@@ -276,7 +276,8 @@ class RemoteSessions:
         ``screen``: the visible pane; ``scrollback``: the last ``lines`` lines of history and screen."""
         self._ops.target(target)
         record = self._get(target, name)
-        limit = min(max_bytes or self._settings.read_max_bytes, self._settings.read_max_bytes, self._read_cap)
+        room = self._read_cap - HOLD_MAX  # for the look-ahead that finishes an escape sequence
+        limit = min(max_bytes or self._settings.read_max_bytes, self._settings.read_max_bytes, room)
         if limit < 4 or (since is not None and since < 0):
             raise InvalidRequest(field="max_bytes", reason="max_bytes must be >= 4 and since >= 0")
         if view == "stream":
@@ -312,14 +313,16 @@ class RemoteSessions:
         )
 
     async def _read_stream(self, record: SessionRecord, since: int, limit: int, ansi: bool) -> SessionRead:
-        chunk = await self._wire.read_stream(record, since=since, limit=limit)
+        look_ahead = 0 if ansi else HOLD_MAX  # to finish an escape sequence that the limit would cut
+        chunk = await self._wire.read_stream(record, since=since, limit=limit + look_ahead)
         record = await self._mark(record, "alive" if chunk.alive else "exited")
-        data = chunk.data
-        at_end = chunk.start + len(data) >= chunk.size
-        final = at_end and not (chunk.alive and chunk.piped)
-        if not ansi and not final and at_end:
-            data = data[: len(data) - unfinished_escape(data)]  # the rest of that sequence may follow
-        text, used = decode_text_prefix(data, final=final)
+        ended = not (chunk.alive and chunk.piped)
+        at_end = chunk.start + len(chunk.data) >= chunk.size
+        if ansi:
+            data = chunk.data[:limit]
+        else:
+            data = escape_safe_cut(chunk.data, limit, at_end=at_end, final=at_end and ended)
+        text, used = decode_text_prefix(data, final=ended and chunk.start + len(data) >= chunk.size)
         end = chunk.start + used
         return SessionRead(
             target=record.target,
@@ -333,7 +336,7 @@ class RemoteSessions:
             size=chunk.size,
             returned_bytes=used,
             more=end < chunk.size,
-            stream_ended=not (chunk.alive and chunk.piped),
+            stream_ended=ended,
         )
 
     # -- wait ----------------------------------------------------------------------------------------------
