@@ -264,7 +264,7 @@ SPECS: list[ToolSpec[Any, Any]] = [
         name="session_wait_for",
         title="Wait for session output",
         description="Block on the target until a regex matches a line of new output (the unfinished last "
-        "line too, e.g. a prompt), the session ends or the timeout passes; outcome matched (with the text "
+        "line too, such as a prompt), the session ends or the timeout passes; outcome matched (with the text "
         "and a cursor), timeout or session_exited.",
         input_model=SessionWaitIn,
         output_model=SessionWaitResult,
