@@ -24,7 +24,7 @@ import hashlib
 import re
 import secrets
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Collection, Sequence
 from types import TracebackType
 from typing import Self
 
@@ -55,13 +55,14 @@ from ._session_models import (
 )
 from ._session_wire import HOLD_MAX, SessionWire, Waited, escape_safe_cut, strip_ansi
 from ._settings import TransportSettings
-from ._state import Collection, StateStore
+from ._state import Collection as StoreCollection
+from ._state import StateStore
 from ._task_upkeep import recover
 from ._task_wire import decode_text_prefix
 
 __all__ = ["SESSIONS", "RemoteSessions", "session_key"]
 
-SESSIONS: Collection[SessionRecord] = Collection("sessions", SessionRecord, version=1)
+SESSIONS: StoreCollection[SessionRecord] = StoreCollection("sessions", SessionRecord, version=1)
 ProgressFn = Callable[[int], Awaitable[None]]
 _log = structlog.get_logger("remoteops.sessions")
 
@@ -402,14 +403,22 @@ class RemoteSessions:
 
     # -- list, close, health, recovery ---------------------------------------------------------------------
     def list_sessions(
-        self, *, target: str | None = None, state: SessionState | None = None, limit: int | None = None
+        self,
+        *,
+        target: str | None = None,
+        state: SessionState | None = None,
+        limit: int | None = None,
+        among: Collection[str] | None = None,
     ) -> tuple[list[SessionInfo], int]:
-        """Newest first, at most ``limit`` (capped by ``list_max``); also the number that matched."""
+        """Newest first, at most ``limit`` (capped by ``list_max``); also the number that matched. ``among``:
+        only sessions on these targets (a caller restricted to some targets); None = every target."""
         cap = min(limit or self._settings.list_max, self._settings.list_max)
         chosen = [
             r
             for r in self._records.values()
-            if (target is None or r.target == target) and (state is None or r.state == state)
+            if (target is None or r.target == target)
+            and (state is None or r.state == state)
+            and (among is None or r.target in among)
         ]
         chosen.sort(key=lambda r: r.created_at, reverse=True)
         return [SessionInfo.of(r) for r in chosen[:cap]], len(chosen)

@@ -161,7 +161,10 @@ async def session_wait_for(ctx: ToolContext, args: SessionWaitIn) -> SessionWait
 
 
 async def session_list(ctx: ToolContext, args: SessionListIn) -> SessionListOut:
-    found, total = ctx.runtime.sessions.list_sessions(target=args.target, state=args.state, limit=args.limit)
+    among = ctx.policy.targets(ctx.identity)  # a caller restricted to some targets sees only theirs
+    found, total = ctx.runtime.sessions.list_sessions(
+        target=args.target, state=args.state, limit=args.limit, among=among
+    )
     return SessionListOut(sessions=found, total=total, truncated=len(found) < total)
 
 

@@ -47,9 +47,9 @@ ALLOWED_BY_PREFIX = {"task_": {"not_found"}, "forward_": {"not_found"}, "session
 # Not fuzzed here, each for a reason (their bad input has its own tests): generated local/remote paths with
 # `delete` could reach outside any sandbox (transfers), and a started task outlives the test (detached).
 # forward_create/forward_close start and stop ssh processes that outlive the runtime by design (their failures
-# are pinned in tests/remoteops/test_forwards.py). session_ensure creates a tmux server and shell on the target
-# that outlive the test by design (its bad input is pinned in tests/gateway/test_session_tools.py); without it
-# the other session tools meet only unknown names (not_found) or bad input.
+# are pinned in tests/remoteops/test_forwards.py). session_ensure creates a tmux server and a shell on the
+# target that outlive the test by design (its bad input is pinned in tests/gateway/test_session_tools.py);
+# without it the other session tools meet only unknown names (not_found) or bad input.
 NOT_FUZZED = {
     "remote_upload",
     "remote_download",

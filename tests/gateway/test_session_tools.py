@@ -7,6 +7,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+import shutil
+import subprocess
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -43,9 +46,21 @@ def root() -> Iterator[Path]:
         yield path
 
 
-def _config(sshd: SshdInstance, root: Path) -> dict[str, Any]:
+@pytest.fixture
+def control() -> Iterator[Path]:
+    """A master directory of this test's gateways only (short: ControlPath); removed afterwards."""
+    path = Path(tempfile.mkdtemp(prefix="rogsc-", dir="/tmp"))
+    try:
+        yield path
+    finally:
+        _exit_masters(path)
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def _config(sshd: SshdInstance, root: Path, control_dir: Path | None = None) -> dict[str, Any]:
+    control = control_dir or sshd.control_dir
     return {
-        "transport": {"ssh_config_file": str(sshd.ssh_config), "control_dir": str(sshd.control_dir)},
+        "transport": {"ssh_config_file": str(sshd.ssh_config), "control_dir": str(control)},
         "targets": [{"name": "plain", "host": sshd.alias("plain")}],
         "sessions": {"remote_dir": str(root), "width": 100, "height": 30},
         "tools": {"toolsets": ["inspect", "execute", "teardown"]},
@@ -165,6 +180,13 @@ async def _call(gw: GatewayProcess, name: str, arguments: dict[str, Any]) -> dic
         return ok(await c.call_tool(name, arguments))
 
 
+def _exit_masters(control_dir: Path) -> None:
+    for sock in control_dir.iterdir():
+        if sock.is_socket():
+            cmd = ["ssh", "-F", "/dev/null", "-S", str(sock), "-O", "exit", "rog-master"]
+            subprocess.run(cmd, capture_output=True, check=False, timeout=10)
+
+
 def _inspector_call(
     inspector: InstalledTool, gw: GatewayProcess, home: Path, tool: str, *tool_args: str
 ) -> dict[str, Any]:
@@ -187,9 +209,9 @@ def _inspector_call(
 
 @pytest.mark.slow
 async def test_a_session_survives_kill_9_of_the_gateway_with_its_scrollback_and_secrets_stay_out_of_logs(
-    tmp_path: Path, sshd: SshdInstance, root: Path
+    tmp_path: Path, sshd: SshdInstance, root: Path, control: Path
 ) -> None:
-    config = _config(sshd, root)
+    config = _config(sshd, root, control)
     secret = "hunter2-" + hashlib.sha256(str(tmp_path).encode()).hexdigest()[:16]
     target = {"target": "plain", "name": "keep"}
     inspector = await anyio.to_thread.run_sync(ensure_tool, INSPECTOR)
@@ -207,6 +229,7 @@ async def test_a_session_survives_kill_9_of_the_gateway_with_its_scrollback_and_
             first.proc.kill()  # SIGKILL: no shutdown code runs
             await anyio.to_thread.run_sync(first.proc.wait, 30)
         assert first.exit_code == -9
+        await anyio.to_thread.run_sync(_exit_masters, control)  # what a clean stop would have closed
         await anyio.Path(tmp_path / "ready.json").unlink()
         with run_gateway(tmp_path, config) as second:
             back = await _call(second, "session_ensure", target)
