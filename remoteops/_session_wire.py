@@ -29,7 +29,18 @@ from ._session_scripts import (
     send_script,
 )
 
-__all__ = ["Found", "Look", "PaneCapture", "SessionWire", "Waited", "strip_ansi"]
+__all__ = [
+    "HOLD_MAX",
+    "Found",
+    "Look",
+    "PaneCapture",
+    "SessionWire",
+    "StreamChunk",
+    "Waited",
+    "escape_safe_cut",
+    "strip_ansi",
+    "unfinished_escape",
+]
 
 _LIMIT_S = 30.0
 _LOCAL_GRACE_S = 15.0  # beyond the remote limit, for ssh itself

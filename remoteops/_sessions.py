@@ -35,7 +35,6 @@ import structlog
 from ._errors import InvalidRequest
 from ._ops import RemoteOps
 from ._session_models import (
-    KEY_NAMES,
     SESSION_NAME,
     SendMode,
     SessionCloseResult,
@@ -53,12 +52,12 @@ from ._session_models import (
     SessionView,
     SessionWaitResult,
 )
-from ._session_wire import HOLD_MAX, SessionWire, Waited, escape_safe_cut, strip_ansi
+from ._session_read import pane_read, plan_send, stream_read
+from ._session_wire import HOLD_MAX, SessionWire, Waited, strip_ansi
 from ._settings import TransportSettings
 from ._state import Collection as StoreCollection
 from ._state import StateStore
 from ._task_upkeep import recover
-from ._task_wire import decode_text_prefix
 
 __all__ = ["SESSIONS", "RemoteSessions", "session_key"]
 
@@ -231,20 +230,7 @@ class RemoteSessions:
         (a closed list of names), then Enter when ``enter``."""
         self._ops.target(target)
         record = self._get(target, name)
-        payload = (text or "").encode("utf-8", "surrogatepass")
-        if "\0" in (text or ""):
-            raise InvalidRequest(field="text", reason="must not contain NUL")
-        if len(payload) > self._settings.send_max_bytes:
-            raise InvalidRequest(field="text", reason=f"longer than {self._settings.send_max_bytes} bytes")
-        bad = [k for k in keys if k not in KEY_NAMES]
-        if bad:
-            raise InvalidRequest(field="keys", reason=f"unknown key name(s): {', '.join(bad[:5])}")
-        pressed = [*keys, "Enter"] if enter else list(keys)
-        if not payload and not pressed:
-            raise InvalidRequest(field="text", reason="nothing to send: give text, keys or enter")
-        used = "none"
-        if payload:
-            used = "paste" if mode == "paste" or (mode == "auto" and "\n" in (text or "")) else "literal"
+        payload, used, pressed = plan_send(text, keys, enter, mode, max_bytes=self._settings.send_max_bytes)
         if record.state == "exited":
             raise SessionExited("the session has ended on the target", target=target, session=name)
         try:
@@ -292,53 +278,13 @@ class RemoteSessions:
             await self._mark(record, "exited")
             raise
         await self._mark(record, "alive")
-        data, truncated = cap.data, len(cap.data) > limit
-        if truncated:
-            data = data[len(data) - limit :]
-            cut = data.find(b"\n")
-            data = data[cut + 1 :] if 0 <= cut < len(data) - 1 else data
-        return SessionRead(
-            target=target,
-            name=name,
-            view=view,
-            state="alive",
-            data=data.decode("utf-8", "replace"),
-            ansi=ansi,
-            returned_bytes=len(data),
-            more=False,
-            truncated=truncated,
-            cursor_x=cap.cursor_x,
-            cursor_y=cap.cursor_y,
-            width=cap.width,
-            height=cap.height,
-        )
+        return pane_read(record, cap, view=view, limit=limit, ansi=ansi)
 
     async def _read_stream(self, record: SessionRecord, since: int, limit: int, ansi: bool) -> SessionRead:
         look_ahead = 0 if ansi else HOLD_MAX  # to finish an escape sequence that the limit would cut
         chunk = await self._wire.read_stream(record, since=since, limit=limit + look_ahead)
         record = await self._mark(record, "alive" if chunk.alive else "exited")
-        ended = not (chunk.alive and chunk.piped)
-        at_end = chunk.start + len(chunk.data) >= chunk.size
-        if ansi:
-            data = chunk.data[:limit]
-        else:
-            data = escape_safe_cut(chunk.data, limit, at_end=at_end, final=at_end and ended)
-        text, used = decode_text_prefix(data, final=ended and chunk.start + len(data) >= chunk.size)
-        end = chunk.start + used
-        return SessionRead(
-            target=record.target,
-            name=record.name,
-            view="stream",
-            state="alive" if chunk.alive else "exited",
-            data=text if ansi else strip_ansi(text),
-            ansi=ansi,
-            offset=chunk.start,
-            next_offset=end,
-            size=chunk.size,
-            returned_bytes=used,
-            more=end < chunk.size,
-            stream_ended=ended,
-        )
+        return stream_read(record, chunk, limit=limit, ansi=ansi)
 
     # -- wait ----------------------------------------------------------------------------------------------
     async def wait_for(

@@ -256,10 +256,14 @@ async def test_close_kills_the_recorded_session_and_removes_its_directory(
         with anyio.fail_after(60):
             made = await sessions.ensure("plain", "work")
             await sessions.ensure("plain", "other")
+            theirs, _ = sessions.list_sessions(among={"sudo"})  # a caller restricted to another target
+            ours, _ = sessions.list_sessions(among={"plain"})
             closed = await sessions.close("plain", "work")
             with pytest.raises(SessionNotFound):
                 await sessions.close("plain", "work")
     assert (closed.outcome, closed.directory_removed) == ("killed", True)
+    assert theirs == []
+    assert sorted(s.name for s in ours) == ["other", "work"]
     assert tmux_sessions(root) == ["other"]
     assert not await anyio.Path(made.remote_dir).exists()
 
