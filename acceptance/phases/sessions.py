@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import subprocess
 import tempfile
 from contextlib import AsyncExitStack
 from pathlib import Path
@@ -20,30 +19,11 @@ from acceptance._mcp import GatewayClient, error_code, structured
 from acceptance._registry import PhaseContext, phase
 from acceptance.phases._util import ms_figures, timed
 from tests.fixtures.gateway_proc import run_gateway
+from tests.remoteops.session_helpers import exit_masters, tmux_as_owner, tmux_sessions
 
 __all__ = ["sessions"]
 
 PROMPT = "rog-acc> "
-
-
-def _tmux(root: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    """tmux on the sessions' socket, as the target user who owns it (the target is this machine)."""
-    sock = root / "tmux.sock"
-    owner = sock.stat().st_uid
-    return subprocess.run(
-        ["setpriv", f"--reuid={owner}", f"--regid={owner}", "--clear-groups", "tmux", "-S", str(sock), *args],
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=10,
-    )
-
-
-def _live(root: Path) -> list[str]:
-    if not (root / "tmux.sock").exists():
-        return []
-    done = _tmux(root, "list-sessions", "-F", "#{session_name}")
-    return done.stdout.split() if done.returncode == 0 else []
 
 
 class _Session:
@@ -60,18 +40,6 @@ class _Session:
         return await self.call(
             "session_wait_for", pattern=pattern, since=sent["cursor_before"], timeout_s=timeout_s
         )
-
-
-def _exit_masters(control_dir: Path) -> None:
-    """Stop the ControlMasters a gateway killed with -9 left behind (a clean stop would have)."""
-    for sock in control_dir.iterdir():
-        if sock.is_socket():
-            subprocess.run(
-                ["ssh", "-F", "/dev/null", "-S", str(sock), "-O", "exit", "rog-master"],
-                capture_output=True,
-                check=False,
-                timeout=10,
-            )
 
 
 def _config(ctx: PhaseContext, state: Path, root: Path, control_dir: Path) -> dict[str, Any]:
@@ -91,7 +59,7 @@ async def sessions(ctx: PhaseContext) -> None:
     parent = Path(tempfile.mkdtemp(prefix="rogas-", dir="/tmp"))
     os.chmod(parent, 0o777)  # noqa: S103 - the target's user (another uid) makes the root and a file here
     root, state = parent / "sessions", ctx.env.workdir / "sessions-state"
-    ctx.created(f"no session is left on {root}/tmux.sock", lambda: not _live(root))
+    ctx.created(f"no session is left on {root}/tmux.sock", lambda: not tmux_sessions(root))
     ctx.created(f"the sessions root {parent} is removed", lambda: not parent.exists())
     try:
         # The first gateway is killed with -9 (its exit status cannot be the clean 0 the run checks for
@@ -107,7 +75,7 @@ async def sessions(ctx: PhaseContext) -> None:
                 again, reattach_ms = await timed(client.call("session_ensure", s.key))
                 made, again = structured(made), structured(again)
                 ctx.check((made["outcome"], again["outcome"]) == ("created", "reattached"), f"{made} {again}")
-                ctx.check(_live(root) == ["acc"], f"one remote session: {_live(root)}")
+                ctx.check(tmux_sessions(root) == ["acc"], f"one remote session: {tmux_sessions(root)}")
 
                 prompt = await s.run(f"PS1='{PROMPT}'", "^rog-acc> $")
                 ctx.check(prompt["outcome"] == "matched", f"a prompt without newline: {prompt}")
@@ -141,8 +109,8 @@ async def sessions(ctx: PhaseContext) -> None:
                 ]
             first.proc.kill()  # SIGKILL: no shutdown code runs
             await anyio.to_thread.run_sync(first.proc.wait, 30)
-            await anyio.to_thread.run_sync(_exit_masters, control)
-        ctx.check(_live(root) == ["acc"], "the session outlives kill -9 of its gateway")
+            await anyio.to_thread.run_sync(exit_masters, control)
+        ctx.check(tmux_sessions(root) == ["acc"], "the session outlives kill -9 of its gateway")
         async with (
             ctx.env.extra_gateway("sessions-b", _config(ctx, state, root, ctx.env.control_dir())) as second,
             ctx.env.client_of(second) as client,
@@ -159,7 +127,7 @@ async def sessions(ctx: PhaseContext) -> None:
             gone = await client.call("session_send", {**s.key, "text": "x"})
             ctx.check(closed_result["outcome"] == "killed", f"close: {closed_result}")
             ctx.check(error_code(gone) == "not_found", f"closed session: {gone}")
-            ctx.check(_live(root) == [], f"nothing left on the socket: {_live(root)}")
+            ctx.check(tmux_sessions(root) == [], f"nothing left on the socket: {tmux_sessions(root)}")
         ctx.figures.update(
             {
                 "ensure_created_ms": round(created_ms, 2),
@@ -172,5 +140,5 @@ async def sessions(ctx: PhaseContext) -> None:
         )
     finally:
         if (root / "tmux.sock").exists():
-            _tmux(root, "kill-server")
+            tmux_as_owner(root, "kill-server")
         shutil.rmtree(parent, ignore_errors=True)

@@ -8,7 +8,6 @@ from __future__ import annotations
 import hashlib
 import json
 import shutil
-import subprocess
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -25,7 +24,7 @@ from tests.fixtures.gateway_proc import GatewayProcess, run_gateway
 from tests.fixtures.node_tools import INSPECTOR, InstalledTool, ensure_tool
 from tests.fixtures.sshd import SshdInstance
 from tests.gateway.conftest import ClientFactory
-from tests.remoteops.session_helpers import session_root, tmux_sessions
+from tests.remoteops.session_helpers import exit_masters, session_root, tmux_sessions
 
 pytestmark = [pytest.mark.sshd, pytest.mark.anyio]
 
@@ -53,7 +52,7 @@ def control() -> Iterator[Path]:
     try:
         yield path
     finally:
-        _exit_masters(path)
+        exit_masters(path)
         shutil.rmtree(path, ignore_errors=True)
 
 
@@ -180,13 +179,6 @@ async def _call(gw: GatewayProcess, name: str, arguments: dict[str, Any]) -> dic
         return ok(await c.call_tool(name, arguments))
 
 
-def _exit_masters(control_dir: Path) -> None:
-    for sock in control_dir.iterdir():
-        if sock.is_socket():
-            cmd = ["ssh", "-F", "/dev/null", "-S", str(sock), "-O", "exit", "rog-master"]
-            subprocess.run(cmd, capture_output=True, check=False, timeout=10)
-
-
 def _inspector_call(
     inspector: InstalledTool, gw: GatewayProcess, home: Path, tool: str, *tool_args: str
 ) -> dict[str, Any]:
@@ -229,7 +221,7 @@ async def test_a_session_survives_kill_9_of_the_gateway_with_its_scrollback_and_
             first.proc.kill()  # SIGKILL: no shutdown code runs
             await anyio.to_thread.run_sync(first.proc.wait, 30)
         assert first.exit_code == -9
-        await anyio.to_thread.run_sync(_exit_masters, control)  # what a clean stop would have closed
+        await anyio.to_thread.run_sync(exit_masters, control)  # what a clean stop would have closed
         await anyio.Path(tmp_path / "ready.json").unlink()
         with run_gateway(tmp_path, config) as second:
             back = await _call(second, "session_ensure", target)

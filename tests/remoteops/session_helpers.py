@@ -14,7 +14,14 @@ from typing import Any
 
 from remoteops import RemoteOps, RemoteSessions, SessionSettings, StateStore, TransportSettings
 
-__all__ = ["kill_remote_session", "running_sessions", "session_root", "tmux_as_owner", "tmux_sessions"]
+__all__ = [
+    "exit_masters",
+    "kill_remote_session",
+    "running_sessions",
+    "session_root",
+    "tmux_as_owner",
+    "tmux_sessions",
+]
 
 
 def tmux_as_owner(root: Path, *args: str) -> subprocess.CompletedProcess[str]:
@@ -36,6 +43,18 @@ def tmux_sessions(root: Path) -> list[str]:
         return []
     out = tmux_as_owner(root, "list-sessions", "-F", "#{session_name}")
     return out.stdout.split() if out.returncode == 0 else []
+
+
+def exit_masters(control_dir: Path) -> None:
+    """Stop the ControlMasters a gateway killed with -9 left in ``control_dir`` (a clean stop closes them)."""
+    for sock in control_dir.iterdir():
+        if sock.is_socket():
+            subprocess.run(
+                ["ssh", "-F", "/dev/null", "-S", str(sock), "-O", "exit", "rog-master"],
+                capture_output=True,
+                check=False,
+                timeout=10,
+            )
 
 
 def kill_remote_session(root: Path, name: str) -> None:
