@@ -39,7 +39,9 @@ umask 077
 root=$1
 case $root in /*) ;; *) root=$HOME/$root ;; esac
 sock=$root/tmux.sock
-errf=${TMPDIR:-/tmp}/.rog-tmux-err.$$
+# tmux's error text goes to a file in the private root (never a guessable name in a shared /tmp); every
+# program writes it only after the root exists (ensure makes it first; the others need its socket)
+errf=$root/.tmux-err.$$
 trap 'rm -f "$errf"' EXIT
 fail() { printf 'ROGERR %s %s\n' "$1" "$2"; exit 3; }
 command -v tmux >/dev/null 2>&1 || fail missing tmux
