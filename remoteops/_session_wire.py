@@ -203,7 +203,12 @@ class SessionWire:
         lines = await self._run(target, name, "ensure", ENSURE_SCRIPT, args, _LIMIT_S)
         head = next((ln.split() for ln in lines if ln.startswith(("ROGNEW ", "ROGFOUND "))), None)
         directory = next((ln[len("ROGDIR ") :] for ln in lines if ln.startswith("ROGDIR ")), "")
-        if head is None or len(head) != 4 or not head[3].isdigit():
+        if (
+            head is None
+            or len(head) != 4
+            or not re.fullmatch(r"\$[0-9]+", head[1])
+            or not (head[2].isdigit() and head[3].isdigit())
+        ):
             raise self._bad(target, name, "ensure")
         return Found(
             new=head[0] == "ROGNEW",

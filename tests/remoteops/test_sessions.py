@@ -323,3 +323,22 @@ async def test_a_session_whose_shell_is_killed_by_a_signal_is_seen_exited_after_
                 await again.recovered()  # the startup check of the recorded sessions
                 listed, _ = again.list_sessions()
     assert [(s.name, s.state) for s in listed] == [("work", "exited")]
+
+
+@pytest.mark.parametrize("carrier", ["ssh", "agent"])
+async def test_ensure_send_wait_and_read_work_on_either_carrier(
+    ops_factory: OpsFactory, settings: TransportSettings, tmp_path: Path, root: Path, carrier: str
+) -> None:
+    async with (
+        ops_factory(carrier=carrier) as ops,
+        running_sessions(ops, tmp_path / "state", root, settings) as sessions,
+    ):
+        with anyio.fail_after(60):
+            await _shell(sessions)
+            sent = await sessions.send("plain", "work", "echo on-$((6 * 7))", enter=True)
+            seen = await sessions.wait_for("plain", "work", "^on-42$", since=sent.cursor_before)
+            chunk = await sessions.read("plain", "work", since=sent.cursor_before)
+            stats = ops.stats().model_dump()
+    assert seen.outcome == "matched"
+    assert "on-42\n" in chunk.data
+    assert stats["carriers"]["plain"]["carrier"] == carrier
