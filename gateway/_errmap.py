@@ -40,6 +40,12 @@ from remoteops import (
     RemoteFileError,
     RemoteOpsError,
     RemoteShellError,
+    SessionCapabilityMissing,
+    SessionConflict,
+    SessionError,
+    SessionExited,
+    SessionNotFound,
+    SessionRemoteError,
     TaskCapabilityMissing,
     TaskConflict,
     TaskError,
@@ -110,6 +116,12 @@ REMOTE_CODES: tuple[tuple[type[RemoteOpsError], ErrorCode], ...] = (
     (TaskCapabilityMissing, ErrorCode.MISSING_REMOTE_CAPABILITY),
     (TaskRemoteError, ErrorCode.REMOTE_NONZERO_EXIT),
     (TaskError, ErrorCode.REMOTE_NONZERO_EXIT),  # the family's base: a task step failed on the target
+    (SessionNotFound, ErrorCode.NOT_FOUND),
+    (SessionExited, ErrorCode.CONFLICT),  # details.state: exited (session_ensure makes a new one)
+    (SessionConflict, ErrorCode.CONFLICT),  # details.reason
+    (SessionCapabilityMissing, ErrorCode.MISSING_REMOTE_CAPABILITY),
+    (SessionRemoteError, ErrorCode.REMOTE_NONZERO_EXIT),
+    (SessionError, ErrorCode.REMOTE_NONZERO_EXIT),  # the family's base: a session step failed on the target
     (UnknownTarget, ErrorCode.UNKNOWN_TARGET),
     (HostKeyError, ErrorCode.HOST_KEY_ERROR),
     (AuthError, ErrorCode.AUTH_ERROR),
@@ -171,6 +183,7 @@ def _remote(exc: RemoteOpsError) -> ToolFailure:
         "hunk",
         "occurrences",
         "forward_id",
+        "session",
     )
     for field in fields:
         if hasattr(exc, field):

@@ -22,7 +22,15 @@ from gateway._redact import Redactor
 from gateway._relay import Relay
 from gateway._version import __version__
 from gateway.config import Settings
-from remoteops import ForwardManager, RemoteOps, RemoteTasks, StateForwardStore, StateStore, Transfers
+from remoteops import (
+    ForwardManager,
+    RemoteOps,
+    RemoteSessions,
+    RemoteTasks,
+    StateForwardStore,
+    StateStore,
+    Transfers,
+)
 
 if TYPE_CHECKING:
     from gateway._audit_ship import AuditShipper
@@ -78,6 +86,7 @@ class Runtime:
         self.remote = RemoteOps(settings.transport, settings.targets)
         self.state = StateStore(settings.state_dir)
         self.tasks = RemoteTasks(self.remote, self.state, settings.tasks, settings.transport)
+        self.sessions = RemoteSessions(self.remote, self.state, settings.sessions, settings.transport)
         self.transfers = Transfers(self.remote, settings.transport, settings.transfers)
         self.forwards = ForwardManager(
             self.remote,
@@ -99,6 +108,7 @@ class Runtime:
             await stack.enter_async_context(self.audit)  # first in, last out: shutdown calls are audited
             await stack.enter_async_context(self.remote)
             await stack.enter_async_context(self.tasks)
+            await stack.enter_async_context(self.sessions)
             await stack.enter_async_context(self.forwards)
             await stack.enter_async_context(self.relay)
             self._stack = stack.pop_all()

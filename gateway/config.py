@@ -19,7 +19,14 @@ from urllib.parse import urlsplit
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from gateway._errors import ConfigError
-from remoteops import ForwardSettings, TargetSpec, TaskSettings, TransferSettings, TransportSettings
+from remoteops import (
+    ForwardSettings,
+    SessionSettings,
+    TargetSpec,
+    TaskSettings,
+    TransferSettings,
+    TransportSettings,
+)
 from upstream import UpstreamSettings
 
 __all__ = [
@@ -313,6 +320,7 @@ class Settings(BaseModel):
     tools: ToolSettings = ToolSettings()
     transport: TransportSettings = TransportSettings()
     tasks: TaskSettings = TaskSettings()
+    sessions: SessionSettings = SessionSettings()
     transfers: TransferSettings = TransferSettings()
     forwards: ForwardSettings = ForwardSettings()
     targets: tuple[TargetSpec, ...] = ()

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from typing import Protocol, TypeVar
 
 import anyio
 import structlog
@@ -37,21 +38,33 @@ def checked_command(
     return words, checked
 
 
+class _Recorded(Protocol):
+    @property
+    def id(self) -> str: ...
+
+
+RecordT = TypeVar("RecordT", bound=_Recorded)
+
+
 async def recover(
-    pending: Iterable[TaskRecord], check: Callable[[TaskRecord], Awaitable[object]], reconciling: set[str]
+    pending: Iterable[RecordT],
+    check: Callable[[RecordT], Awaitable[object]],
+    reconciling: set[str],
+    *,
+    event: str = "task_recover_failed",
 ) -> None:
-    """Look at every pending task once (a few at a time); ``reconciling`` holds the IDs not yet looked at.
-    A target that cannot be reached leaves its tasks as they were: the next look at them decides."""
+    """Look at every pending record (task, session) once, a few at a time; ``reconciling`` holds the IDs not
+    yet looked at. A target that cannot be reached leaves its records as they were: the next look decides."""
     todo = list(pending)
     reconciling.update(r.id for r in todo)
     limiter = anyio.Semaphore(_PARALLEL)
 
-    async def one(record: TaskRecord) -> None:
+    async def one(record: RecordT) -> None:
         async with limiter:
             try:
                 await check(record)
             except (RemoteOpsError, TimeoutError) as exc:
-                _log.warning("task_recover_failed", task=record.id, error=type(exc).__name__)
+                _log.warning(event, record=record.id, error=type(exc).__name__)
             finally:
                 reconciling.discard(record.id)
 

@@ -26,11 +26,11 @@ MODULES = (
     "forwards",
     "transfers",
     "oauth",
+    "sessions",
     "redaction",
 )
 
 for _module in MODULES:
     importlib.import_module(f"acceptance.phases.{_module}")  # registers its phases, in this order
 
-not_built("sessions", "interactive remote sessions (pty) with bounded output", "session tools")
 not_built("root", "privilege: sudo/su providers, secret entry, root toolset", "privilege providers")

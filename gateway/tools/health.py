@@ -73,6 +73,9 @@ class HealthOut(Output):
         "template and prompt counts, capabilities, surface_dropped/surface_renamed."
     )
     tasks: dict[str, Any] = Field(description="Remote tasks: counts by state, remote directory, retention.")
+    sessions: dict[str, Any] = Field(
+        description="Interactive sessions: counts by state (alive, exited), remote directory, size, history."
+    )
     state: dict[str, Any] = Field(description="The state store: its directory and records moved aside.")
     forwards: dict[str, Any] = Field(
         description="Managed SSH forwards: active, lost, adopted after a restart, counters."
@@ -100,6 +103,7 @@ async def gateway_health(ctx: ToolContext, _: HealthIn) -> HealthOut:
         transport=transport,
         upstreams=rt.redactor.any(upstreams),  # last errors may quote credentials
         tasks=rt.tasks.health().model_dump(mode="json"),
+        sessions=rt.sessions.health().model_dump(mode="json"),
         state=rt.state.status(),
         forwards=rt.forwards.stats(),
     )
@@ -121,8 +125,8 @@ SPECS: list[ToolSpec[Any, Any]] = [
         name="gateway_health",
         title="Gateway health",
         description="Version, uptime, enabled toolsets, tool counts (own, relayed, filtered out), audit-log "
-        "status, SSH transport counters, upstream state, task counts, state-store problems and managed "
-        "forwards.",
+        "status, SSH transport counters, upstream state, task and session counts, state-store problems and "
+        "managed forwards.",
         input_model=HealthIn,
         output_model=HealthOut,
         toolset=Toolset.INSPECT,

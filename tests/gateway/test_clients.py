@@ -232,6 +232,7 @@ HEALTH_FIELDS = {
     "transport",
     "upstreams",
     "tasks",
+    "sessions",
     "state",
     "forwards",
 }

@@ -43,16 +43,19 @@ pytestmark = pytest.mark.slow
 Served = tuple[BlockingPortal, Client, dict[str, types.Tool]]
 ALLOWED_FAILURES = {"validation_error", "policy_denied"}
 # Tools over stored objects answer a generated (well-formed, unknown) ID with not_found: a normal answer.
-ALLOWED_BY_PREFIX = {"task_": {"not_found"}, "forward_": {"not_found"}}
+ALLOWED_BY_PREFIX = {"task_": {"not_found"}, "forward_": {"not_found"}, "session_": {"not_found"}}
 # Not fuzzed here, each for a reason (their bad input has its own tests): generated local/remote paths with
 # `delete` could reach outside any sandbox (transfers), and a started task outlives the test (detached).
 # forward_create/forward_close start and stop ssh processes that outlive the runtime by design (their failures
-# are pinned in tests/remoteops/test_forwards.py).
+# are pinned in tests/remoteops/test_forwards.py). session_ensure creates a tmux server and a shell on the
+# target that outlive the test by design (its bad input is pinned in tests/gateway/test_session_tools.py);
+# without it the other session tools meet only unknown names (not_found) or bad input.
 NOT_FUZZED = {
     "remote_upload",
     "remote_download",
     "remote_sync",
     "task_start",
+    "session_ensure",
     "forward_create",
     "forward_close",
 }
