@@ -59,7 +59,9 @@ def stream_read(record: SessionRecord, chunk: StreamChunk, *, limit: int, ansi: 
         next_offset=end,
         size=chunk.size,
         returned_bytes=used,
-        more=end < chunk.size,
+        # more: a read from next_offset now would return something (bytes beyond what this read looked at,
+        # or a cut made by the limit) — not only the held-back start of a character or escape sequence
+        more=end < chunk.size and (not at_end or len(chunk.data) > limit),
         stream_ended=ended,
     )
 

@@ -24,12 +24,13 @@ _LOCAL_GRACE_S = 15.0  # beyond the remote limit, for ssh itself
 
 def decode_text_prefix(data: bytes, *, final: bool) -> tuple[str, int]:
     """Decode UTF-8, holding back an incomplete trailing character unless ``final``: (text, bytes used).
-    Invalid bytes become U+FFFD and still count, so cursors never skip or repeat a byte."""
+    Invalid bytes become U+FFFD and still count, so cursors never skip or repeat a byte. Bytes that are only
+    the start of a character still being written give ``("", 0)``: the next read, once the rest has arrived
+    (or the stream has ended, ``final``), returns the whole character — never replacement characters for a
+    character cut in two. (Readers ask for at least 4 bytes, so a complete character always fits.)"""
     decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
     text = decoder.decode(data, final=final)
     pending = len(decoder.getstate()[0])
-    if pending and pending == len(data):  # nothing complete yet: give the bytes as replacement characters
-        return decoder.decode(b"", final=True), len(data)
     return text, len(data) - pending
 
 

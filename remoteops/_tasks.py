@@ -359,7 +359,8 @@ class RemoteTasks:
             data=text,
             encoding="text" if encoding == "text" else "base64",
             returned_bytes=used,
-            more=end < size,
+            # more: bytes beyond what was read — not only the held-back start of a character still arriving
+            more=end < size and start + len(data) < size,
             state=record.state,
             exit_code=record.exit_code,
             complete=finished and end >= size,

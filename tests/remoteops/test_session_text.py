@@ -7,7 +7,9 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from remoteops._session_wire import HOLD_MAX, escape_safe_cut, strip_ansi
+from remoteops._session_models import SessionRecord
+from remoteops._session_read import stream_read
+from remoteops._session_wire import HOLD_MAX, StreamChunk, escape_safe_cut, strip_ansi
 from remoteops._task_wire import decode_text_prefix
 
 _PIECES = st.sampled_from(
@@ -73,3 +75,25 @@ def test_an_escape_sequence_still_arriving_is_held_back_until_it_is_complete(
 def test_strip_removes_csi_osc_charset_and_carriage_returns() -> None:
     raw = "\x1b[?2004h\x1b]0;t\x07$ \x1b[1mbold\x1b[0m\x1b(B\r\nnext\x1b]2;x\x1b\\"
     assert strip_ansi(raw) == "$ bold\nnext"
+
+
+def test_the_start_of_a_character_still_being_written_is_held_back_not_replaced() -> None:
+    assert decode_text_prefix("é✓😀".encode()[:8], final=False) == ("é✓", 5)
+    assert decode_text_prefix("😀".encode()[:3], final=False) == ("", 0)  # the rest has not arrived
+    assert decode_text_prefix("😀".encode()[:3], final=True) == ("\ufffd", 3)  # it never will
+
+
+def _record() -> SessionRecord:
+    return SessionRecord(
+        id="s-" + "0" * 24, target="t", name="n", state="alive", tmux_id="$1", tmux_created="1",
+        remote_dir="/x", width=80, height=24, created_at=0.0, last_seen_at=0.0,
+    )  # fmt: skip
+
+
+def test_a_stream_read_says_more_only_when_a_read_now_would_return_something() -> None:
+    held = "ok 😀".encode()[:-1]  # ends in the first three bytes of a character
+    read = stream_read(_record(), StreamChunk(True, len(held), 0, True, held), limit=64, ansi=False)
+    assert (read.data, read.next_offset, read.more) == ("ok ", 3, False)
+    cut = b"x" * 100
+    read = stream_read(_record(), StreamChunk(True, 100, 0, True, cut[: 64 + HOLD_MAX]), limit=64, ansi=False)
+    assert (read.next_offset, read.more) == (64, True)
