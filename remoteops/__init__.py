@@ -77,6 +77,15 @@ from ._models import (
     TransportStats,
 )
 from ._ops import RemoteOps
+from ._privilege import SecretRequest, SecretSource, permission_denial
+from ._privilege_errors import PrivilegeError, PrivilegeReason, SecretRequired
+from ._privilege_models import (
+    PrivilegeMode,
+    PrivilegeReport,
+    PrivilegeSettings,
+    ProviderAttempt,
+    ProviderName,
+)
 from ._render import RenderedCommand, render_command
 from ._settings import CarrierMode, HostKeyPolicy, MultiplexMode, TargetSpec, TransportSettings
 from ._state import Collection, StateProblem, StateStore, atomic_write
@@ -183,8 +192,15 @@ __all__ = [
     "PathArg",
     "PathNotFound",
     "PolicyDenied",
+    "PrivilegeError",
+    "PrivilegeMode",
+    "PrivilegeReason",
+    "PrivilegeReport",
+    "PrivilegeSettings",
     "ProbeError",
     "ProtectedPath",
+    "ProviderAttempt",
+    "ProviderName",
     "RawExec",
     "RawStream",
     "RemoteFileError",
@@ -194,6 +210,9 @@ __all__ = [
     "RemoteShellError",
     "RemoteTasks",
     "RenderedCommand",
+    "SecretRequest",
+    "SecretRequired",
+    "SecretSource",
     "SectionError",
     "StateForwardStore",
     "StateProblem",
@@ -234,5 +253,6 @@ __all__ = [
     "WaitOutcome",
     "WriteResult",
     "atomic_write",
+    "permission_denial",
     "render_command",
 ]
