@@ -11,6 +11,7 @@ from upstream import ProgressCallback
 
 if TYPE_CHECKING:
     from gateway._runtime import Runtime
+    from gateway._secret_broker import UrlElicitor
 
 __all__ = ["ToolContext"]
 
@@ -33,6 +34,9 @@ class ToolContext:
 
     def visible_targets(self, names: list[str]) -> list[str]:
         return self.policy.visible_targets(self.identity, names)
+
+    elicitor: UrlElicitor | None = None
+    """The calling client's URL-mode elicitation, when it declared it and the call has a back-channel."""
 
     audit_facts: dict[str, Any] = field(default_factory=dict)
     """Facts a tool adds to its call's audit record (e.g. a transfer's paths, sizes and hashes)."""

@@ -31,6 +31,7 @@ from gateway._errmap import translate
 from gateway._errors import ErrorCode, ToolFailure
 from gateway._policy import Policy, Principal
 from gateway._redact import Redactor
+from gateway._secret_broker import UrlElicitor
 from upstream import ElicitCallback, ProgressCallback, UpstreamRejected
 
 if TYPE_CHECKING:
@@ -188,8 +189,10 @@ async def dispatch_call(
     policy: Policy,
     report_progress: ProgressCallback | None = None,
     elicit: ElicitCallback | None = None,
+    elicitor: UrlElicitor | None = None,
 ) -> types.CallToolResult:
-    """``elicit`` reaches the calling client for a relayed tool's elicitation (own tools do not elicit).
+    """``elicit`` reaches the calling client for a relayed tool's elicitation; own tools elicit only
+    through ``elicitor`` (URL mode, for the one-time password page; never form mode).
     ``policy`` decides, before anything runs or connects, whether ``principal`` may call this tool on
     this target (``policy_denied`` otherwise)."""
     name = params.name
@@ -233,6 +236,7 @@ async def dispatch_call(
                 identity=principal,
                 policy=policy,
                 audit_facts=facts,
+                elicitor=elicitor,
             )
             if report_progress is not None:
                 ctx = dataclasses.replace(ctx, report_progress=report_progress)

@@ -33,6 +33,7 @@ from mcp.shared.message import ServerMessageMetadata
 from gateway._dispatch import dispatch_call
 from gateway._policy import Policy, Principal
 from gateway._runtime import Runtime
+from gateway._secret_broker import UrlElicitor
 from gateway._server_surface import register_surface
 from upstream import ElicitCallback
 
@@ -134,6 +135,7 @@ class GatewayServer(Server[Runtime]):
             policy=self.policy,
             report_progress=progress,
             elicit=_elicit_via(ctx),
+            elicitor=_url_elicitor(ctx),
         )
 
     async def notify_tools_changed(self) -> None:
@@ -174,6 +176,32 @@ def _elicit_via(ctx: Ctx) -> ElicitCallback | None:
             return exc.error
 
     return elicit
+
+
+def _url_elicitor(ctx: Ctx) -> UrlElicitor | None:
+    """URL-mode elicitation of the calling client on this call's stream, or None when the client did not
+    declare URL mode or the call has no back-channel (2026-07-28, stateless HTTP): then the password page's
+    link travels in the ``privilege_error`` instead."""
+    session, request_id = ctx.session, ctx.request_id
+    wanted = types.ClientCapabilities(
+        elicitation=types.ElicitationCapability(url=types.UrlElicitationCapability())
+    )
+    if request_id is None or not session.can_send_request or not session.check_client_capability(wanted):
+        return None
+    declared = session.client_capabilities
+    if declared is None or declared.elicitation is None or declared.elicitation.url is None:
+        return None
+
+    async def ask(message: str, url: str, elicitation_id: str) -> types.ElicitResult | types.ErrorData:
+        try:
+            return await session.elicit_url(message, url, elicitation_id, related_request_id=request_id)
+        except MCPError as exc:
+            return exc.error
+
+    async def complete(elicitation_id: str) -> None:
+        await session.send_elicit_complete(elicitation_id, related_request_id=request_id)
+
+    return UrlElicitor(ask=ask, complete=complete)
 
 
 def build_server(rt: Runtime, *, stdio_principal: str | None = None) -> GatewayServer:

@@ -86,6 +86,7 @@ from ._privilege_models import (
     ProviderAttempt,
     ProviderName,
 )
+from ._process import supervised_child
 from ._render import RenderedCommand, render_command
 from ._settings import CarrierMode, HostKeyPolicy, MultiplexMode, TargetSpec, TransportSettings
 from ._state import Collection, StateProblem, StateStore, atomic_write
@@ -255,4 +256,5 @@ __all__ = [
     "atomic_write",
     "permission_denial",
     "render_command",
+    "supervised_child",
 ]

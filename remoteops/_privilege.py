@@ -133,6 +133,7 @@ class Escalator:
             su_user=s.su_user,
             docker_binary=s.docker_binary,
             docker_image=s.docker_image,
+            wait_s=s.prompt_timeout_s,
         )
 
     async def run(

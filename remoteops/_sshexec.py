@@ -159,9 +159,10 @@ class SshProcessCarrier:
             )
             err: HeadTail = watch
             auth_watch, secret, payload = watch, request.secret, request.stdin
+            wait_s = s.connect_timeout_s + esc.wait_s
 
             async def feeder(stream: anyio.abc.ByteSendStream) -> None:
-                await feed_after_prompt(stream, auth_watch, secret, payload, wait_s=s.connect_timeout_s + 15)
+                await feed_after_prompt(stream, auth_watch, secret, payload, wait_s=wait_s)
 
             stdin = feeder
         else:
