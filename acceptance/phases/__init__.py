@@ -21,6 +21,7 @@ MODULES = (
     "systemd",
     "burnin",
     "files",  # after multiplex and burnin: its calls boot the target's agent, which then carries their calls
+    "root",
     "redaction",
 )
 
@@ -31,6 +32,5 @@ not_built("transfers", "transfers: rsync/scp over the master, resumable, verifie
 not_built("forwards", "port forwards over the master (-L/-R/-D), listed and cancelled", "forward tools")
 not_built("tasks", "long-running remote tasks: start, poll, cancel, survive reconnects", "task tools")
 not_built("sessions", "interactive remote sessions (pty) with bounded output", "session tools")
-not_built("root", "privilege: sudo/su providers, secret entry, root toolset", "privilege providers")
 not_built("oauth", "OAuth resource server: token verification, scopes, audience", "OAuth resource server")
 not_built("agent_channel", "a persistent per-target channel carrying many commands", "agent channel carrier")
