@@ -11,7 +11,7 @@ from upstream import ProgressCallback
 
 if TYPE_CHECKING:
     from gateway._runtime import Runtime
-    from gateway._secret_broker import UrlElicitor
+    from gateway._secret_broker import Resume, UrlElicitor
 
 __all__ = ["ToolContext"]
 
@@ -37,6 +37,8 @@ class ToolContext:
 
     elicitor: UrlElicitor | None = None
     """The calling client's URL-mode elicitation, when it declared it and the call has a back-channel."""
+    resume: Resume | None = None
+    """A 2026-07-28 retry answering the password page's ``InputRequiredResult``."""
 
     audit_facts: dict[str, Any] = field(default_factory=dict)
     """Facts a tool adds to its call's audit record (e.g. a transfer's paths, sizes and hashes)."""

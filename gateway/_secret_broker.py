@@ -10,7 +10,10 @@ provider needs a password it is obtained, in this order:
    human; the call waits (at most the link's lifetime) until the page was submitted, then sends
    ``notifications/elicitation/complete``;
 4. otherwise the call fails with ``SecretRequired`` (→ ``privilege_error``) whose message carries the link;
-   the human opens it, enters the password, and the caller retries: the retry uses it once.
+   the human opens it, enters the password, and the caller retries: the retry uses it once. On a
+   2026-07-28 connection whose client declared URL elicitation, the dispatcher answers that failure with
+   an ``InputRequiredResult`` (one URL elicitation, ``request_state`` an opaque id the broker keeps) and the
+   client's automatic retry, with the human's ``accept``, waits for the page's submission (:class:`Resume`).
 
 Links (:class:`Entry`) are 256-bit random paths, single use, with a CSRF token and an expiry; the page
 itself is ``gateway._secret_page``. A submitted password is registered with the redactor (defence in depth)
@@ -37,10 +40,12 @@ from gateway._redact import Redactor
 from gateway.config import RootSettings
 from remoteops import PrivilegeError, SecretRequest, SecretRequired, supervised_child
 
-__all__ = ["CallSecrets", "Entry", "SecretBroker", "UrlElicitor"]
+__all__ = ["INPUT_KEY", "CallSecrets", "Entry", "Resume", "SecretBroker", "UrlElicitor"]
 
 _log = structlog.get_logger("gateway.secrets")
 _MAX_PASSWORD_BYTES = 1024
+INPUT_KEY = "rog_password_page"
+"""The key of the one URL elicitation in an ``InputRequiredResult`` (2026-07-28)."""
 
 
 @dataclass(frozen=True)
@@ -49,6 +54,14 @@ class UrlElicitor:
 
     ask: Callable[[str, str, str], Awaitable[types.ElicitResult | types.ErrorData]]  # message, url, id
     complete: Callable[[str], Awaitable[None]]  # elicitation id
+
+
+@dataclass(frozen=True)
+class Resume:
+    """A 2026-07-28 retry after an ``InputRequiredResult``: the link it showed and the human's answer."""
+
+    token: str  # the entry's link token (from the broker's own request_state map, never the client's)
+    action: str  # accept | decline | cancel
 
 
 @dataclass(eq=False)
@@ -93,6 +106,9 @@ class SecretBroker:
         self._redactor = redactor
         self._entries: dict[str, Entry] = {}
         self._entered: dict[tuple[str, str, str, str], _Entered] = {}
+        self._states: dict[
+            str, tuple[str, str, float]
+        ] = {}  # request_state -> (link token, principal, expiry)
         self._base_url: str | None = None
         self._opener: Callable[[], Awaitable[str]] | None = None
         self.counters = {"links": 0, "submitted": 0, "used": 0, "expired": 0, "askpass": 0, "elicited": 0}
@@ -170,8 +186,27 @@ class SecretBroker:
         return 0 < size <= _MAX_PASSWORD_BYTES and not any(ch in password for ch in "\r\n\0")
 
     # -- the calls' side ---------------------------------------------------------------------------------
-    def source(self, principal: str, elicitor: UrlElicitor | None) -> CallSecrets:
-        return CallSecrets(self, principal, elicitor)
+    def source(
+        self, principal: str, elicitor: UrlElicitor | None, resume: Resume | None = None
+    ) -> CallSecrets:
+        return CallSecrets(self, principal, elicitor, resume)
+
+    def request_state(self, entry_url: str, principal: str) -> str:
+        """An opaque ``request_state`` naming the link of ``entry_url`` for ``principal``'s retry."""
+        now = time.monotonic()
+        for key in [k for k, (_, _, expiry) in self._states.items() if now >= expiry]:
+            del self._states[key]
+        state = secrets.token_urlsafe(24)
+        token = entry_url.rsplit("/", 1)[-1]
+        self._states[state] = (token, principal, now + self._settings.secret_ttl_s)
+        return state
+
+    def resume(self, state: str, principal: str, action: str) -> Resume | None:
+        """The retry's :class:`Resume`, when ``state`` is one this broker issued to ``principal``."""
+        found = self._states.pop(state, None)
+        if found is None or found[1] != principal or time.monotonic() >= found[2]:
+            return None
+        return Resume(token=found[0], action=action)
 
     async def _new_entry(self, request: SecretRequest, principal: str, *, waiting: bool) -> tuple[Entry, str]:
         base = await self._base()
@@ -249,10 +284,20 @@ class SecretBroker:
             f"{request.account!r} ({request.login}). A human must enter it on a one-time page"
         )
 
-    async def obtain(self, request: SecretRequest, principal: str, elicitor: UrlElicitor | None) -> bytearray:
+    async def obtain(
+        self,
+        request: SecretRequest,
+        principal: str,
+        elicitor: UrlElicitor | None,
+        resume: Resume | None = None,
+    ) -> bytearray:
         entered = self._take_entered(request, principal)
         if entered is not None:
             return entered
+        if resume is not None:
+            resumed = await self._resumed(request, principal, resume)
+            if resumed is not None:
+                return resumed
         from_askpass = await self._askpass(request)
         if from_askpass is not None:
             return from_askpass
@@ -277,6 +322,26 @@ class SecretBroker:
             entry=url,
             expires_s=ttl,
         )
+
+    async def _resumed(self, request: SecretRequest, principal: str, resume: Resume) -> bytearray | None:
+        """A 2026-07-28 retry: wait (at most the link's lifetime) for the page the human accepted to open."""
+        entry = self.entry(resume.token)
+        if entry is None or (entry.target, entry.provider, entry.account) != (
+            request.target,
+            request.provider,
+            request.account,
+        ):
+            return None  # gone or for another question: a fresh link is made
+        if resume.action != "accept":
+            self._withdraw(entry)
+            raise PrivilegeError(
+                f"the human {resume.action}d entering the password for {request.account!r}",
+                reason="declined",
+                provider=request.provider,
+            )
+        with anyio.move_on_after(max(0.0, entry.expires - time.monotonic())):
+            await entry.submitted.wait()
+        return self._take_entered(request, principal)
 
     def _withdraw(self, entry: Entry) -> None:
         entry.done = True
@@ -321,10 +386,18 @@ class SecretBroker:
 class CallSecrets:
     """The broker as one call's ``SecretSource``: bound to its caller and its client's elicitation."""
 
-    def __init__(self, broker: SecretBroker, principal: str, elicitor: UrlElicitor | None) -> None:
+    def __init__(
+        self,
+        broker: SecretBroker,
+        principal: str,
+        elicitor: UrlElicitor | None,
+        resume: Resume | None = None,
+    ) -> None:
         self._broker = broker
         self._principal = principal
         self._elicitor = elicitor
+        self._resume = resume
 
     async def obtain(self, request: SecretRequest) -> bytearray:
-        return await self._broker.obtain(request, self._principal, self._elicitor)
+        resume, self._resume = self._resume, None  # a retry's answer counts for its first question only
+        return await self._broker.obtain(request, self._principal, self._elicitor, resume)

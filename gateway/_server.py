@@ -42,6 +42,7 @@ __all__ = ["GatewayServer", "build_server"]
 _log = structlog.get_logger("gateway.server")
 _NOTIFY_TIMEOUT_S = 5.0
 _DESCRIBED = frozenset({"initialize", "server/discover"})
+_INPUT_REQUIRED_VERSION = "2026-07-28"  # ISO dates compare as strings
 
 Ctx = ServerRequestContext[Runtime, Any]
 
@@ -121,7 +122,9 @@ class GatewayServer(Server[Runtime]):
         relayed = await rt.relay.list_tools() if self.policy.allows_toolset(who, "upstream") else []
         return types.ListToolsResult(tools=own + relayed)
 
-    async def _on_call_tool(self, ctx: Ctx, params: types.CallToolRequestParams) -> types.CallToolResult:
+    async def _on_call_tool(
+        self, ctx: Ctx, params: types.CallToolRequestParams
+    ) -> types.CallToolResult | types.InputRequiredResult:
         self._remember(ctx)
         session = ctx.session
 
@@ -136,6 +139,7 @@ class GatewayServer(Server[Runtime]):
             report_progress=progress,
             elicit=_elicit_via(ctx),
             elicitor=_url_elicitor(ctx),
+            input_required=_input_required(ctx),
         )
 
     async def notify_tools_changed(self) -> None:
@@ -202,6 +206,15 @@ def _url_elicitor(ctx: Ctx) -> UrlElicitor | None:
         await session.send_elicit_complete(elicitation_id, related_request_id=request_id)
 
     return UrlElicitor(ask=ask, complete=complete)
+
+
+def _input_required(ctx: Ctx) -> bool:
+    """A 2026-07-28 request (no server-to-client requests) from a client that declared URL elicitation:
+    the password page's link can travel as an ``InputRequiredResult``."""
+    if ctx.protocol_version < _INPUT_REQUIRED_VERSION or ctx.session.can_send_request:
+        return False
+    declared = ctx.session.client_capabilities
+    return declared is not None and declared.elicitation is not None and declared.elicitation.url is not None
 
 
 def build_server(rt: Runtime, *, stdio_principal: str | None = None) -> GatewayServer:

@@ -38,7 +38,7 @@ async def remote_root_exec(ctx: ToolContext, args: RootExecIn) -> ExecResult:
             f"timeout_s {args.timeout_s} exceeds the configured ceiling {ceiling}",
             details={"limit_s": ceiling},
         )
-    source = ctx.runtime.secrets.source(ctx.principal, ctx.elicitor)
+    source = ctx.runtime.secrets.source(ctx.principal, ctx.elicitor, ctx.resume)
     try:
         result = await ctx.runtime.remote.run(
             args.target,

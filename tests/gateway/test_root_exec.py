@@ -219,3 +219,38 @@ async def test_an_expired_link_is_refused(sshd: SshdInstance, gateway_client: Cl
         late = await enter_password(browser, link, sshd.pass_password)
     assert late.status == 410
     assert late.after_status is None  # no form to submit
+
+
+async def test_a_2026_07_28_client_gets_the_page_as_input_required_and_its_retry_runs_as_root(
+    sshd: SshdInstance, tmp_path: Path
+) -> None:
+    """No server-to-client requests on 2026-07-28: the link travels in an ``InputRequiredResult``; the SDK
+    client answers it through its elicitation callback and retries; the retry waits for the page."""
+    settings = _settings(sshd, providers=["sudo_password"])
+    cfg = Settings.model_validate({"state_dir": str(tmp_path / "state"), **settings})
+    asked: list[types.ElicitRequestURLParams] = []
+    async with chromium() as browser, anyio.create_task_group() as humans:
+
+        async def on_elicit(_: Any, params: types.ElicitRequestParams) -> types.ElicitResult:
+            assert isinstance(params, types.ElicitRequestURLParams)
+            asked.append(params)
+
+            async def human() -> None:
+                await enter_password(browser, params.url, sshd.pass_password)
+
+            humans.start_soon(human)
+            return types.ElicitResult(action="accept")
+
+        async with Runtime(cfg, all_specs()) as rt:
+            server = build_server(rt, stdio_principal="test")
+            async with Client(server, mode="auto", elicitation_callback=on_elicit) as client:
+                result = await _call(client, "pass", ["id", "-u"])
+                era = client.protocol_version
+            audit = await read_audit(rt)
+    assert era == "2026-07-28"
+    assert len(asked) == 1
+    assert not result.is_error, result
+    assert result.structured_content is not None
+    assert result.structured_content["stdout"].strip() == "0"
+    outcomes = [json.loads(line)["outcome"] for line in audit.splitlines() if '"remote_root_exec"' in line]
+    assert outcomes == ["input_required", "ok"]
