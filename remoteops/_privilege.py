@@ -116,15 +116,15 @@ class Escalator:
             return "docker is not installed"
         return None
 
-    def _take_attempt(self, target: str) -> bool:
+    def _may_try_password(self, target: str) -> bool:
         now = time.monotonic()
         uses = self._uses.setdefault(target, deque())
         while uses and now - uses[0] > self._settings.password_window_s:
             uses.popleft()
-        if len(uses) >= self._settings.password_attempts:
-            return False
-        uses.append(now)
-        return True
+        return len(uses) < self._settings.password_attempts
+
+    def _password_used(self, target: str) -> None:
+        self._uses.setdefault(target, deque()).append(time.monotonic())
 
     def _escalation(self, provider: ProviderName) -> Escalation:
         s = self._settings
@@ -172,7 +172,7 @@ class Escalator:
                         ProviderAttempt(provider=provider, outcome="skipped", reason="no way to ask a human")
                     )
                     continue
-                if not self._take_attempt(name):
+                if not self._may_try_password(name):
                     raise fail(
                         PrivilegeError(
                             f"too many password attempts on {name}: at most "
@@ -191,6 +191,7 @@ class Escalator:
                     attempts.append(ProviderAttempt(provider=provider, outcome="failed", reason=exc.reason))
                     raise fail(exc) from None
                 secret = OneTimeSecret(value)
+                self._password_used(name)  # counted when a password is really tried, not when asked for
             attempt = dataclasses.replace(request, escalation=self._escalation(provider), secret=secret)
             try:
                 raw = await carrier.execute(spec, identity, attempt)

@@ -43,6 +43,8 @@ _LOCAL_GRACE_S = 5.0
 _SWEEP_AFTER_S = 2.0  # after limit + kill_after: `timeout` has returned and the wrapper printed its marker
 # Only a direct connection does key exchange; a mux client reaches it only through its (blocked) fallback.
 _MUX_FALLBACK = "kex_exchange_identification"
+# sudo's answers after a correct password that still refuse (not a wrong password)
+_NOT_PERMITTED = ("is not in the sudoers file", "is not allowed to execute", "may not run sudo")
 # $1: pgrep pattern of the wrapper's nonce, $2: grep pattern of ROG_CALL=<nonce> (both bracketed, so that
 # this script's own command line never matches them).
 _KILL_SCRIPT = r"""marked() {
@@ -78,6 +80,11 @@ def _escalation_failure(
             reason="not_root",
             provider=provider,
         )
+    said = pre.replace(esc.prompt_bytes, b"").decode(errors="replace").strip()[-300:]
+    if any(phrase in said for phrase in _NOT_PERMITTED):
+        return PrivilegeError(
+            f"{provider} refused on {target}: {said}", target=target, reason="refused", provider=provider
+        )
     if watch is not None and watch.password_sent:
         return PrivilegeError(
             f"{provider}: the password was not accepted on {target}; nothing was started",
@@ -92,9 +99,8 @@ def _escalation_failure(
             reason="no_prompt",
             provider=provider,
         )
-    text = pre.replace(esc.prompt_bytes, b"").decode(errors="replace").strip()[-300:]
     return PrivilegeError(
-        f"{provider} refused on {target}: {text or 'no reason given'}",
+        f"{provider} refused on {target}: {said or 'no reason given'}",
         target=target,
         reason="refused",
         provider=provider,

@@ -16,6 +16,7 @@ from remoteops import (
     PrivilegeSettings,
     RemoteOps,
     SecretRequest,
+    SecretRequired,
     TargetSpec,
     TransportSettings,
 )
@@ -185,3 +186,22 @@ async def test_user_privilege_never_escalates(sshd: SshdInstance) -> None:
             result = await ops.run("sudo", ["head", "-c", "4", "/etc/shadow"])
     assert result.exit_code != 0
     assert result.privilege is None
+
+
+class NobodyEnteredIt:
+    async def obtain(self, request: SecretRequest) -> bytearray:
+        raise SecretRequired(
+            "enter it on the page", account=request.account, entry="http://127.0.0.1:1/secret/x", expires_s=1
+        )
+
+
+async def test_asking_a_human_for_the_password_uses_up_no_attempt(sshd: SshdInstance) -> None:
+    async with _ops(sshd, providers=("sudo_password",), password_attempts=1) as ops:
+        for _ in range(3):
+            with anyio.fail_after(60), pytest.raises(SecretRequired) as info:
+                await ops.run("pass", ["true"], privilege="root", secrets=NobodyEnteredIt())
+            assert info.value.attempts[-1].reason == "secret_required"
+        secrets = FixedSecrets(sshd.pass_password)
+        with anyio.fail_after(60):
+            result = await ops.run("pass", ["id", "-u"], privilege="root", secrets=secrets)
+    assert result.stdout.strip() == "0"
