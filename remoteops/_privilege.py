@@ -112,8 +112,8 @@ class Escalator:
             return "sudo is not installed"
         if provider == "su_password" and not tools.get("su"):
             return "su is not installed"
-        if provider == "docker_host_root" and not tools.get("docker"):
-            return "docker is not installed"
+        if provider == "docker_host_root" and s.docker_binary == "docker" and not tools.get("docker"):
+            return "docker is not installed"  # (another engine's command is not probed: it is just tried)
         return None
 
     def _may_try_password(self, target: str) -> bool:
