@@ -22,9 +22,7 @@ while it waits and forgotten after its use. Nothing here logs or stores a passwo
 
 from __future__ import annotations
 
-import os
 import secrets
-import subprocess
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -37,13 +35,13 @@ import mcp_types as types
 import structlog
 
 from gateway._redact import Redactor
+from gateway._secret_askpass import MAX_PASSWORD_BYTES, run_askpass, wipe
 from gateway.config import RootSettings
-from remoteops import PrivilegeError, SecretRequest, SecretRequired, supervised_child
+from remoteops import PrivilegeError, SecretRequest, SecretRequired
 
 __all__ = ["INPUT_KEY", "CallSecrets", "Entry", "Resume", "SecretBroker", "UrlElicitor"]
 
 _log = structlog.get_logger("gateway.secrets")
-_MAX_PASSWORD_BYTES = 1024
 INPUT_KEY = "rog_password_page"
 """The key of the one URL elicitation in an ``InputRequiredResult`` (2026-07-28)."""
 
@@ -92,12 +90,6 @@ class _Entered:
     expires: float = 0.0
 
 
-def _wipe(value: bytearray | None) -> None:
-    if value is not None:
-        for index in range(len(value)):
-            value[index] = 0
-
-
 class SecretBroker:
     """Owns the one-time links and the entered passwords; ``base_url`` is where the page is served."""
 
@@ -120,9 +112,9 @@ class SecretBroker:
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         for entry in self._entries.values():
-            _wipe(entry.secret)
+            wipe(entry.secret)
         for entered in self._entered.values():
-            _wipe(entered.secret)
+            wipe(entered.secret)
             self._redactor.forget_secret(entered.text)
         self._entries.clear()
         self._entered.clear()
@@ -151,10 +143,10 @@ class SecretBroker:
             if not entry.done:
                 self.counters["expired"] += 1
             entry.done = True
-            _wipe(entry.secret)
+            wipe(entry.secret)
         for key in [k for k, e in self._entered.items() if now >= e.expires]:
             entered = self._entered.pop(key)
-            _wipe(entered.secret)
+            wipe(entered.secret)
             self._redactor.forget_secret(entered.text)
 
     def entry(self, token: str) -> Entry | None:
@@ -176,14 +168,14 @@ class SecretBroker:
             key = (entry.principal, entry.target, entry.provider, entry.account)
             old = self._entered.pop(key, None)
             if old is not None:
-                _wipe(old.secret)
+                wipe(old.secret)
             self._entered[key] = _Entered(value, password, time.monotonic() + self._settings.secret_ttl_s)
         entry.submitted.set()
 
     @staticmethod
     def acceptable(password: str) -> bool:
         size = len(password.encode("utf-8", "surrogatepass"))
-        return 0 < size <= _MAX_PASSWORD_BYTES and not any(ch in password for ch in "\r\n\0")
+        return 0 < size <= MAX_PASSWORD_BYTES and not any(ch in password for ch in "\r\n\0")
 
     # -- the calls' side ---------------------------------------------------------------------------------
     def source(
@@ -239,42 +231,7 @@ class SecretBroker:
         argv = self._settings.askpass_command
         if not argv:
             return None
-        env = dict(os.environ)
-        env.update(
-            ROG_TARGET=request.target,
-            ROG_ACCOUNT=request.account,
-            ROG_PROVIDER=request.provider,
-            ROG_LOGIN=request.login,
-        )
-        data = bytearray()
-        returncode: int | None = None
-        with anyio.move_on_after(self._settings.askpass_timeout_s) as scope:
-            async with supervised_child(
-                argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env
-            ) as proc:
-                if proc.stdout is not None:
-                    async for chunk in proc.stdout:
-                        data += chunk
-                        if b"\n" in data or len(data) > _MAX_PASSWORD_BYTES:
-                            break
-                returncode = await proc.wait()
-        if scope.cancelled_caught:
-            _wipe(data)
-            raise PrivilegeError(
-                f"root.askpass_command gave no password within {self._settings.askpass_timeout_s:g} s",
-                reason="declined",
-                provider=request.provider,
-            )
-        end = data.find(b"\n")
-        line = data[: end if end >= 0 else min(len(data), _MAX_PASSWORD_BYTES)]
-        _wipe(data)
-        if returncode != 0 or not line:
-            _wipe(line)
-            raise PrivilegeError(
-                f"root.askpass_command exited {returncode} without a password",
-                reason="declined",
-                provider=request.provider,
-            )
+        line = await run_askpass(argv, request, timeout_s=self._settings.askpass_timeout_s)
         self.counters["askpass"] += 1
         return line
 
@@ -346,7 +303,7 @@ class SecretBroker:
     def _withdraw(self, entry: Entry) -> None:
         entry.done = True
         self._entries.pop(entry.token, None)
-        _wipe(entry.secret)
+        wipe(entry.secret)
 
     async def _await_entry(
         self,
