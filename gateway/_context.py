@@ -11,6 +11,7 @@ from upstream import ProgressCallback
 
 if TYPE_CHECKING:
     from gateway._runtime import Runtime
+    from gateway._secret_broker import Resume, UrlElicitor
 
 __all__ = ["ToolContext"]
 
@@ -30,6 +31,12 @@ class ToolContext:
     """The typed caller: subject, client id, scopes, groups, how it authenticated."""
     policy: Policy = field(default_factory=Policy.unrestricted)
     """The server's one policy; tools that list things (``target_list``) show only what it allows."""
+    audit_facts: dict[str, Any] = field(default_factory=dict)
+    """Facts a tool adds to its call's audit record (e.g. a transfer's paths, sizes and hashes)."""
+    elicitor: UrlElicitor | None = None
+    """The calling client's URL-mode elicitation, when it declared it and the call has a back-channel."""
+    resume: Resume | None = None
+    """A 2026-07-28 retry answering the password page's ``InputRequiredResult``."""
 
     def visible_targets(self, names: list[str]) -> list[str]:
         return self.policy.visible_targets(self.identity, names)
@@ -40,6 +47,3 @@ class ToolContext:
         target goes into the call's audit record."""
         self.audit_facts["target"] = target
         self.policy.check_target(self.identity, tool=tool, target=target)
-
-    audit_facts: dict[str, Any] = field(default_factory=dict)
-    """Facts a tool adds to its call's audit record (e.g. a transfer's paths, sizes and hashes)."""

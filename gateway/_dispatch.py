@@ -31,6 +31,8 @@ from gateway._errmap import translate
 from gateway._errors import ErrorCode, ToolFailure
 from gateway._policy import Policy, Principal
 from gateway._redact import Redactor
+from gateway._secret_broker import INPUT_KEY, Resume, UrlElicitor
+from remoteops import SecretRequired
 from upstream import ElicitCallback, ProgressCallback, UpstreamRejected
 
 if TYPE_CHECKING:
@@ -180,6 +182,14 @@ async def _run_own(spec: AnySpec, ctx: ToolContext, arguments: dict[str, Any]) -
     )
 
 
+def _resume(rt: Runtime, params: types.CallToolRequestParams, principal: Principal) -> Resume | None:
+    """The password page answer of a 2026-07-28 retry, when its ``request_state`` is the broker's own."""
+    answer = (params.input_responses or {}).get(INPUT_KEY)
+    if params.request_state is None or not isinstance(answer, types.ElicitResult):
+        return None
+    return rt.secrets.resume(params.request_state, principal.label, answer.action)
+
+
 async def dispatch_call(
     rt: Runtime,
     params: types.CallToolRequestParams,
@@ -188,10 +198,14 @@ async def dispatch_call(
     policy: Policy,
     report_progress: ProgressCallback | None = None,
     elicit: ElicitCallback | None = None,
-) -> types.CallToolResult:
-    """``elicit`` reaches the calling client for a relayed tool's elicitation (own tools do not elicit).
+    elicitor: UrlElicitor | None = None,
+    input_required: bool = False,
+) -> types.CallToolResult | types.InputRequiredResult:
+    """``elicit`` reaches the calling client for a relayed tool's elicitation; own tools elicit only
+    through ``elicitor`` (URL mode, for the one-time password page; never form mode).
     ``policy`` decides, before anything runs or connects, whether ``principal`` may call this tool on
-    this target (``policy_denied`` otherwise)."""
+    this target (``policy_denied`` otherwise). ``input_required``: a 2026-07-28 client that declared URL
+    elicitation; a password the call needs is then asked for with an ``InputRequiredResult``."""
     name = params.name
     arguments: dict[str, Any] = dict(params.arguments or {})
     own = rt.catalog.get(name)
@@ -233,6 +247,8 @@ async def dispatch_call(
                 identity=principal,
                 policy=policy,
                 audit_facts=facts,
+                elicitor=elicitor,
+                resume=_resume(rt, params, principal) if input_required else None,
             )
             if report_progress is not None:
                 ctx = dataclasses.replace(ctx, report_progress=report_progress)
@@ -258,6 +274,18 @@ async def dispatch_call(
         outcome, code = "upstream_rejected", None
         raise
     except Exception as exc:
+        if input_required and isinstance(exc, SecretRequired):
+            # 2026-07-28: the link goes to the client as a URL elicitation; its retry waits for the page
+            outcome, code = "input_required", ErrorCode.PRIVILEGE_ERROR.value
+            message = (
+                f"{exc.provider} on target {exc.target!r} needs the password of account {exc.account!r}: "
+                f"enter it on this one-time page (valid {exc.expires_s:g} s, single use)"
+            )
+            url_params = types.ElicitRequestURLParams(message=message, url=exc.entry)
+            return types.InputRequiredResult(
+                input_requests={INPUT_KEY: types.ElicitRequest(params=url_params)},
+                request_state=rt.secrets.request_state(exc.entry, principal.label),
+            )
         failure = translate(exc)
         if failure is None:
             incident = uuid.uuid4().hex[:12]

@@ -35,11 +35,13 @@ from remoteops import (
     MissingCapability,
     PathNotFound,
     PolicyDenied,
+    PrivilegeError,
     ProbeError,
     ProtectedPath,
     RemoteFileError,
     RemoteOpsError,
     RemoteShellError,
+    SecretRequired,
     SessionCapabilityMissing,
     SessionConflict,
     SessionError,
@@ -143,6 +145,8 @@ REMOTE_CODES: tuple[tuple[type[RemoteOpsError], ErrorCode], ...] = (
     (FileRequestInvalid, ErrorCode.VALIDATION_ERROR),
     (ProtectedPath, ErrorCode.POLICY_DENIED),
     (RemoteFileError, ErrorCode.REMOTE_NONZERO_EXIT),  # another errno (ENOSPC, EROFS, ...): details.errno
+    (SecretRequired, ErrorCode.PRIVILEGE_ERROR),  # the message carries the one-time entry link
+    (PrivilegeError, ErrorCode.PRIVILEGE_ERROR),  # details.reason, provider, attempts
 )
 """Explicit classification, most specific first; an unlisted direct subclass of ``RemoteOpsError``
 falls back to ``internal_error`` (logged, with its target and detail)."""
@@ -184,12 +188,18 @@ def _remote(exc: RemoteOpsError) -> ToolFailure:
         "occurrences",
         "forward_id",
         "session",
+        "provider",
+        "account",
+        "entry",
+        "expires_s",
     )
     for field in fields:
         if hasattr(exc, field):
             details[field] = getattr(exc, field)
     if isinstance(exc, TransportLost):
         details["may_have_run"] = True
+    if isinstance(exc, PrivilegeError):
+        details["attempts"] = [attempt.model_dump(mode="json") for attempt in exc.attempts]
     message = {
         ErrorCode.TRANSPORT_LOST: "the SSH connection was lost while the command may have been running; "
         "it may or may not have run and was not re-run",

@@ -25,6 +25,7 @@ from __future__ import annotations
 import hmac
 import ipaddress
 import secrets
+from collections.abc import Sequence
 from pathlib import Path
 
 from mcp.server.auth.provider import AccessToken, TokenVerifier
@@ -230,9 +231,12 @@ def build_http_app(
     port: int,
     runtime: Runtime,
     redactor: Redactor | None = None,
+    extra_routes: Sequence[Route] = (),
 ) -> ASGIApp:
     """The Starlette app. ``token=None`` means auth is off (validated by the caller: explicit + loopback),
-    unless ``auth.mode = "oauth"``. Secrets read here (introspection, proxy) go to ``redactor``."""
+    unless ``auth.mode = "oauth"``. Secrets read here (introspection, proxy) go to ``redactor``.
+    ``extra_routes`` are served without bearer auth, like ``/healthz`` (the one-time password page, whose
+    256-bit path is its own capability)."""
     check_auth_choice(settings, token)
     redactor = redactor or Redactor()
 
@@ -268,7 +272,7 @@ def build_http_app(
         host=settings.server.host,
         auth=auth,
         token_verifier=verifier,
-        custom_starlette_routes=[Route("/healthz", healthz, methods=["GET"])],
+        custom_starlette_routes=[Route("/healthz", healthz, methods=["GET"]), *extra_routes],
     )
     if settings.auth.mode == "oauth" and auth is not None:
         _oauth_routes(app, server, settings, auth, runtime)

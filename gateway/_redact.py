@@ -87,6 +87,10 @@ class Redactor:
         if len(secret) >= 6:  # shorter strings would redact ordinary words
             self._known.add(secret)
 
+    def forget_secret(self, secret: str) -> None:
+        """Drop a secret that lived only for one use (an entered password), so it is not kept forever."""
+        self._known.discard(secret)
+
     def text(self, value: str) -> str:
         for pattern, repl in _PATTERNS:
             value = pattern.sub(repl, value)

@@ -20,6 +20,8 @@ from gateway._audit import AuditLog
 from gateway._catalog import AnySpec, Catalog, build_catalog
 from gateway._redact import Redactor
 from gateway._relay import Relay
+from gateway._secret_broker import SecretBroker
+from gateway._secret_listener import LoopbackListener
 from gateway._version import __version__
 from gateway.config import Settings
 from remoteops import (
@@ -83,7 +85,11 @@ class Runtime:
             redactor=self.redactor,
             shipper=_shipper(settings, self.redactor),
         )
-        self.remote = RemoteOps(settings.transport, settings.targets)
+        self.remote = RemoteOps(settings.transport, settings.targets, privilege=settings.root)
+        # passwords for root: entered on a one-time page (the HTTP listener, else a loopback one)
+        self.secrets = SecretBroker(settings.root, self.redactor)
+        self.secret_listener = LoopbackListener(self.secrets, settings.root.entry_port)
+        self.secrets.open_with(self.secret_listener.start)
         self.state = StateStore(settings.state_dir)
         self.tasks = RemoteTasks(self.remote, self.state, settings.tasks, settings.transport)
         self.sessions = RemoteSessions(self.remote, self.state, settings.sessions, settings.transport)
@@ -106,6 +112,8 @@ class Runtime:
     async def __aenter__(self) -> Self:
         async with AsyncExitStack() as stack:
             await stack.enter_async_context(self.audit)  # first in, last out: shutdown calls are audited
+            await stack.enter_async_context(self.secrets)  # wipes what is left, after the listener closed
+            await stack.enter_async_context(self.secret_listener)
             await stack.enter_async_context(self.remote)
             await stack.enter_async_context(self.tasks)
             await stack.enter_async_context(self.sessions)

@@ -27,6 +27,7 @@ from gateway._http import build_http_app, check_auth_choice, public_url
 from gateway._redact import Redactor
 from gateway._runtime import Runtime
 from gateway._sdnotify import Notifier
+from gateway._secret_page import secret_routes
 from gateway._server import build_server
 from gateway._stdio import AnswerUnparseable
 from gateway.config import Settings
@@ -142,7 +143,11 @@ async def serve_http(
     url = public_url(settings, port)
     async with Runtime(settings, specs, redactor=redactor) as rt:
         server = build_server(rt)
-        app = build_http_app(server, settings, token=token, port=port, runtime=rt, redactor=redactor)
+        page = secret_routes(rt.secrets)
+        app = build_http_app(
+            server, settings, token=token, port=port, runtime=rt, redactor=redactor, extra_routes=page
+        )
+        rt.secrets.serve_at(url.removesuffix(server_cfg.path))  # the password page is on this listener
         config = uvicorn.Config(
             app,
             log_config=None,

@@ -33,6 +33,7 @@ from mcp.shared.message import ServerMessageMetadata
 from gateway._dispatch import dispatch_call
 from gateway._policy import Policy, Principal
 from gateway._runtime import Runtime
+from gateway._secret_broker import UrlElicitor
 from gateway._server_surface import register_surface
 from upstream import ElicitCallback
 
@@ -41,6 +42,7 @@ __all__ = ["GatewayServer", "build_server"]
 _log = structlog.get_logger("gateway.server")
 _NOTIFY_TIMEOUT_S = 5.0
 _DESCRIBED = frozenset({"initialize", "server/discover"})
+_INPUT_REQUIRED_VERSION = "2026-07-28"  # ISO dates compare as strings
 
 Ctx = ServerRequestContext[Runtime, Any]
 
@@ -120,7 +122,9 @@ class GatewayServer(Server[Runtime]):
         relayed = await rt.relay.list_tools() if self.policy.allows_toolset(who, "upstream") else []
         return types.ListToolsResult(tools=own + relayed)
 
-    async def _on_call_tool(self, ctx: Ctx, params: types.CallToolRequestParams) -> types.CallToolResult:
+    async def _on_call_tool(
+        self, ctx: Ctx, params: types.CallToolRequestParams
+    ) -> types.CallToolResult | types.InputRequiredResult:
         self._remember(ctx)
         session = ctx.session
 
@@ -134,6 +138,8 @@ class GatewayServer(Server[Runtime]):
             policy=self.policy,
             report_progress=progress,
             elicit=_elicit_via(ctx),
+            elicitor=_url_elicitor(ctx),
+            input_required=_input_required(ctx),
         )
 
     async def notify_tools_changed(self) -> None:
@@ -174,6 +180,41 @@ def _elicit_via(ctx: Ctx) -> ElicitCallback | None:
             return exc.error
 
     return elicit
+
+
+def _url_elicitor(ctx: Ctx) -> UrlElicitor | None:
+    """URL-mode elicitation of the calling client on this call's stream, or None when the client did not
+    declare URL mode or the call has no back-channel (2026-07-28, stateless HTTP): then the password page's
+    link travels in the ``privilege_error`` instead."""
+    session, request_id = ctx.session, ctx.request_id
+    wanted = types.ClientCapabilities(
+        elicitation=types.ElicitationCapability(url=types.UrlElicitationCapability())
+    )
+    if request_id is None or not session.can_send_request or not session.check_client_capability(wanted):
+        return None
+    declared = session.client_capabilities
+    if declared is None or declared.elicitation is None or declared.elicitation.url is None:
+        return None
+
+    async def ask(message: str, url: str, elicitation_id: str) -> types.ElicitResult | types.ErrorData:
+        try:
+            return await session.elicit_url(message, url, elicitation_id, related_request_id=request_id)
+        except MCPError as exc:
+            return exc.error
+
+    async def complete(elicitation_id: str) -> None:
+        await session.send_elicit_complete(elicitation_id, related_request_id=request_id)
+
+    return UrlElicitor(ask=ask, complete=complete)
+
+
+def _input_required(ctx: Ctx) -> bool:
+    """A 2026-07-28 request (no server-to-client requests) from a client that declared URL elicitation:
+    the password page's link can travel as an ``InputRequiredResult``."""
+    if ctx.protocol_version < _INPUT_REQUIRED_VERSION or ctx.session.can_send_request:
+        return False
+    declared = ctx.session.client_capabilities
+    return declared is not None and declared.elicitation is not None and declared.elicitation.url is not None
 
 
 def build_server(rt: Runtime, *, stdio_principal: str | None = None) -> GatewayServer:

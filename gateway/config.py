@@ -21,6 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from gateway._errors import ConfigError
 from remoteops import (
     ForwardSettings,
+    PrivilegeSettings,
     SessionSettings,
     TargetSpec,
     TaskSettings,
@@ -37,6 +38,7 @@ __all__ = [
     "AuditShipSettings",
     "AuthSettings",
     "OAuthSettings",
+    "RootSettings",
     "ServerSettings",
     "Settings",
     "TargetGrant",
@@ -295,6 +297,24 @@ class ToolSettings(BaseModel):
     """Own tools disabled although their toolset is enabled."""
 
 
+class RootSettings(PrivilegeSettings):
+    """``[root]``: which targets ``remote_root_exec`` may raise to root, how, and how a human enters a
+    password (the one-time page, an askpass command). Empty ``targets``: no target is root-allowed."""
+
+    model_config = _FROZEN
+
+    targets: tuple[str, ...] = ()
+    """The root allow-list: configured target names. Any other target is ``policy_denied``, unconnected."""
+    askpass_command: tuple[str, ...] = ()
+    """argv on the gateway host whose first stdout line is the password (``ROG_TARGET``, ``ROG_ACCOUNT``,
+    ``ROG_PROVIDER``, ``ROG_LOGIN`` in its environment); tried before asking the human through the page."""
+    askpass_timeout_s: Annotated[float, Field(gt=0, le=600)] = 60.0
+    secret_ttl_s: Annotated[float, Field(ge=1, le=600)] = 120.0
+    """Lifetime of a one-time entry link, and of an entered password waiting for its one use."""
+    entry_port: Annotated[int, Field(ge=0, le=65535)] = 0
+    """stdio mode: port of the loopback-only listener opened for the entry page (0: any free port)."""
+
+
 class UpstreamEntry(BaseModel):
     """One relayed upstream: its connection settings plus the gateway-side gating of its tools."""
 
@@ -323,6 +343,7 @@ class Settings(BaseModel):
     sessions: SessionSettings = SessionSettings()
     transfers: TransferSettings = TransferSettings()
     forwards: ForwardSettings = ForwardSettings()
+    root: RootSettings = RootSettings()
     targets: tuple[TargetSpec, ...] = ()
     upstreams: tuple[UpstreamEntry, ...] = ()
     log_level: Literal["debug", "info", "warning", "error"] = "info"
@@ -332,6 +353,14 @@ class Settings(BaseModel):
     def _unique_targets(cls, value: tuple[TargetSpec, ...]) -> tuple[TargetSpec, ...]:
         _no_duplicates([t.name for t in value], "target")
         return value
+
+    @model_validator(mode="after")
+    def _root_targets_configured(self) -> Self:
+        known = {t.name for t in self.targets}
+        unknown = [name for name in self.root.targets if name not in known]
+        if unknown:
+            raise ValueError(f"root.targets names targets that are not configured: {', '.join(unknown)}")
+        return self
 
     @field_validator("upstreams")
     @classmethod

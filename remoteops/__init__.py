@@ -77,6 +77,16 @@ from ._models import (
     TransportStats,
 )
 from ._ops import RemoteOps
+from ._privilege import SecretRequest, SecretSource, permission_denial
+from ._privilege_errors import PrivilegeError, PrivilegeReason, SecretRequired
+from ._privilege_models import (
+    PrivilegeMode,
+    PrivilegeReport,
+    PrivilegeSettings,
+    ProviderAttempt,
+    ProviderName,
+)
+from ._process import supervised_child
 from ._render import RenderedCommand, render_command
 from ._session_models import (
     KeyName,
@@ -206,8 +216,15 @@ __all__ = [
     "PathArg",
     "PathNotFound",
     "PolicyDenied",
+    "PrivilegeError",
+    "PrivilegeMode",
+    "PrivilegeReason",
+    "PrivilegeReport",
+    "PrivilegeSettings",
     "ProbeError",
     "ProtectedPath",
+    "ProviderAttempt",
+    "ProviderName",
     "RawExec",
     "RawStream",
     "RemoteFileError",
@@ -218,6 +235,9 @@ __all__ = [
     "RemoteShellError",
     "RemoteTasks",
     "RenderedCommand",
+    "SecretRequest",
+    "SecretRequired",
+    "SecretSource",
     "SectionError",
     "SendMode",
     "SessionCapabilityMissing",
@@ -276,5 +296,7 @@ __all__ = [
     "WaitOutcome",
     "WriteResult",
     "atomic_write",
+    "permission_denial",
     "render_command",
+    "supervised_child",
 ]

@@ -101,6 +101,8 @@ class AgentCarrier:
     # -- exec ---------------------------------------------------------------------------------------
     async def execute(self, target: TargetSpec, identity: TargetIdentity, request: ExecRequest) -> RawExec:
         mode = self.mode(target)
+        if request.escalation is not None:  # privileged commands are rendered behind their provider
+            return await self._ssh.execute(target, identity, request)
         if mode == "ssh" or (mode == "auto" and target.name in self._fallback):
             return await self._via_ssh(target, identity, request)
         # A call can go over ssh while the agent boots only if the agent leaves it a channel slot.

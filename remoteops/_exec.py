@@ -17,6 +17,7 @@ from typing import Literal, Protocol
 
 from ._capture import clip
 from ._models import ExecResult, TargetIdentity
+from ._privilege_wire import Escalation, OneTimeSecret
 from ._settings import TargetSpec
 
 __all__ = ["Carrier", "CarrierName", "ExecRequest", "RawExec", "RawStream", "present", "signal_name"]
@@ -38,6 +39,11 @@ class ExecRequest:
     cwd: str | None = None
     env: Mapping[str, str] = field(default_factory=dict)
     output_cap_bytes: int = 64 * 1024  # per stream: head and tail kept, half each
+    # the privilege choice point: None runs as the login user; otherwise the provider it is raised through
+    # (rendered by ``render_command``; always carried by the ssh carrier) and, for a password provider,
+    # the one-time secret written to stdin after the prompt
+    escalation: Escalation | None = None
+    secret: OneTimeSecret | None = field(default=None, repr=False, compare=False)
 
     @property
     def head_cap(self) -> int:

@@ -6,6 +6,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from ._privilege_models import PrivilegeReport
 from ._settings import CarrierMode, MultiplexMode
 
 __all__ = [
@@ -47,6 +48,7 @@ class ExecResult(BaseModel):
     timed_out: bool = False
     remote_killed: bool = False
     multiplexed: bool = False  # went over a ControlMaster
+    privilege: PrivilegeReport | None = None  # set when privilege was root or auto: what was tried, what ran
 
 
 class TargetIdentity(BaseModel):

@@ -26,6 +26,8 @@ from ._models import (
     TransportStats,
 )
 from ._pool import MasterPool
+from ._privilege import Escalator, SecretSource, permission_denial, report
+from ._privilege_models import PrivilegeMode, PrivilegeReport, PrivilegeSettings, ProviderAttempt
 from ._render import format_seconds, validate_request
 from ._resolve import IdentityResolver
 from ._settings import TargetSpec, TransportSettings
@@ -39,8 +41,15 @@ _DIAG_LIMIT_S = 20.0
 class RemoteOps:
     """Remote operations over the OpenSSH ControlMaster pool. Closing it closes every master it created."""
 
-    def __init__(self, settings: TransportSettings, targets: Iterable[TargetSpec]) -> None:
+    def __init__(
+        self,
+        settings: TransportSettings,
+        targets: Iterable[TargetSpec],
+        *,
+        privilege: PrivilegeSettings | None = None,
+    ) -> None:
         self._settings = settings
+        self._escalator = Escalator(privilege or PrivilegeSettings())
         self._targets: dict[str, TargetSpec] = {}
         for target in targets:
             if target.name in self._targets:
@@ -151,14 +160,28 @@ class RemoteOps:
         cwd: str | None = None,
         env: Mapping[str, str] | None = None,
         timeout_s: float | None = None,
+        privilege: PrivilegeMode = "user",
+        secrets: SecretSource | None = None,
     ) -> ExecResult:
         """Run ``argv`` (or ``sh -c shell``) on a configured target. Payloads go in ``stdin``, never in argv.
 
         ``timeout_s`` is the remote time limit (default ``exec_timeout_default_s``, at most
         ``exec_timeout_max_s``); the local ceiling is a little longer and raises CommandTimeout.
+        ``privilege``: ``user`` never escalates, ``root`` escalates at once, ``auto`` only after an observed
+        permission denial (``remoteops._privilege``); ``secrets`` answers password providers. The result's
+        ``privilege`` report lists every provider attempted.
         """
-        raw = await self.exec_raw(target, argv, shell, stdin=stdin, cwd=cwd, env=env, timeout_s=timeout_s)
-        return present(target, raw, self._settings.output_cap_bytes)
+        raw, privilege_report = await self._exec(
+            target, argv, shell, stdin, cwd, env, timeout_s, privilege, secrets
+        )
+        result = present(target, raw, self._settings.output_cap_bytes)
+        if privilege_report is not None:
+            result = result.model_copy(update={"privilege": privilege_report})
+        return result
+
+    def preferred_provider(self, target: str) -> str | None:
+        """The provider that last gave root on ``target`` (the only privilege fact cached; not a secret)."""
+        return self._escalator.preferred(target)
 
     async def exec_raw(
         self,
@@ -172,6 +195,21 @@ class RemoteOps:
         timeout_s: float | None = None,
     ) -> RawExec:
         """Like :meth:`run`, but the carrier's raw record: output as bytes (head and tail, bounded)."""
+        raw, _ = await self._exec(target, argv, shell, stdin, cwd, env, timeout_s, "user", None)
+        return raw
+
+    async def _exec(
+        self,
+        target: str,
+        argv: Sequence[str] | None,
+        shell: str | None,
+        stdin: bytes | None,
+        cwd: str | None,
+        env: Mapping[str, str] | None,
+        timeout_s: float | None,
+        privilege: PrivilegeMode,
+        secrets: SecretSource | None,
+    ) -> tuple[RawExec, PrivilegeReport | None]:
         spec = self.target(target)
         pool, carrier = self._ready()
         if (argv is None) == (shell is None):
@@ -199,7 +237,22 @@ class RemoteOps:
         )
         try:
             identity = await self._resolver.resolve(spec)
-            return await carrier.execute(spec, identity, request)
+            before: tuple[ProviderAttempt, ...] = ()
+            if privilege != "root":
+                raw = await carrier.execute(spec, identity, request)
+                denial = permission_denial(raw) if privilege == "auto" else None
+                if denial is None:
+                    none = None if privilege == "user" else report(privilege, None, (), escalated=False)
+                    return raw, none
+                before = (ProviderAttempt(provider="user", outcome="denied", reason=denial),)
+
+            async def caps() -> Capabilities:
+                return await self.capabilities(target)
+
+            raw, provider, attempts = await self._escalator.run(
+                spec, identity, request, carrier, caps, secrets, before=before
+            )
+            return raw, report(privilege, provider, attempts, escalated=bool(before))
         except RemoteOpsError as exc:
             pool.record_failure(exc)
             raise

@@ -26,7 +26,7 @@ import os
 import signal
 import subprocess
 import time
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -37,7 +37,15 @@ import anyio.lowlevel
 
 from ._capture import HeadTail
 
-__all__ = ["ProcessOutcome", "group_alive", "run_process", "spawn", "supervised_child", "terminate_group"]
+__all__ = [
+    "ProcessOutcome",
+    "StdinFeeder",
+    "group_alive",
+    "run_process",
+    "spawn",
+    "supervised_child",
+    "terminate_group",
+]
 
 _TERM_GRACE_S = 2.0
 _KILL_WAIT_S = 5.0
@@ -46,6 +54,9 @@ _DRAIN_AFTER_EXIT_S = 2.0  # a grandchild may hold our pipes open after the proc
 _CHUNK = 65536
 _PIPE = subprocess.PIPE
 _DEVNULL = subprocess.DEVNULL
+
+StdinFeeder = Callable[[anyio.abc.ByteSendStream], Coroutine[Any, Any, None]]
+"""Writes a process's stdin itself (and closes it), e.g. only after a prompt appeared on stderr."""
 
 
 @dataclass
@@ -210,9 +221,11 @@ async def _feed(stream: anyio.abc.ByteSendStream | None, data: bytes) -> None:
 
 
 async def run_process(
-    argv: Sequence[str], *, stdin: bytes | None, stdout: HeadTail, stderr: HeadTail
+    argv: Sequence[str], *, stdin: bytes | StdinFeeder | None, stdout: HeadTail, stderr: HeadTail
 ) -> ProcessOutcome:
-    """Run argv to completion. Cancellation (e.g. the caller's deadline) terminates and reaps the group."""
+    """Run argv to completion. Cancellation (e.g. the caller's deadline) terminates and reaps the group.
+
+    ``stdin``: bytes written and closed at once, a :data:`StdinFeeder` that writes it itself, or None."""
     started = time.monotonic()
     stdin_mode = _PIPE if stdin is not None else _DEVNULL
     async with supervised_child(argv, stdin=stdin_mode) as proc, anyio.create_task_group() as tg:
@@ -225,7 +238,10 @@ async def run_process(
             drained.set()
 
         tg.start_soon(drain_both)
-        if stdin is not None:
+        if callable(stdin):
+            if proc.stdin is not None:
+                tg.start_soon(stdin, proc.stdin)
+        elif stdin is not None:
             tg.start_soon(_feed, proc.stdin, stdin)
         returncode = await proc.wait()
         with anyio.move_on_after(_DRAIN_AFTER_EXIT_S):

@@ -15,6 +15,11 @@ word whatever it contains. The wrapper
   grandchildren may outlive it -- the local ceiling then ends the session and kills it by session id),
 * prints an end marker carrying the exit status on stderr and exits with that status.
 
+A privileged command (``escalation``) is the same wrapper behind the provider's words -- ``sudo -n --``,
+``sudo -S -p PROMPT --``, ``su - USER -c 'exec sh -c …'``, ``docker run … chroot /host`` or nothing for a
+uid-0 login -- and the wrapper first re-proves uid 0: when ``id -u`` is not 0 it prints
+``\\x1eROG<nonce>U`` and exits 125 without starting anything.
+
 The markers (``\\x1eROG<nonce>S`` / ``\\x1eROG<nonce>E<status>``) tell a remote ``exit 255`` apart from
 ssh's own 255 and show whether a lost connection happened before or after the command started. Env values are
 visible in the target's process list (acceptable for env); payloads and secrets travel on stdin only.
@@ -29,12 +34,14 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from ._errors import InvalidRequest
+from ._privilege_wire import Escalation
 
 __all__ = [
     "MARKER_ALLOWANCE",
     "MAX_COMMAND_BYTES",
     "Markers",
     "RenderedCommand",
+    "escalation_words",
     "format_seconds",
     "new_nonce",
     "parse_markers",
@@ -90,8 +97,31 @@ printf '\036ROG%sE%d\n' "$n" "$rc" >&2
 exit "$rc"
 """
 
+# Privileged: prove uid 0 before anything else ($1 is the nonce before the shift).
+_ROOT_CHECK = r"""[ "$(id -u)" = 0 ] || { printf '\036ROG%sU\n' "$1" >&2; exit 125; }
+"""
+
 # A variant without `timeout`, selected only by tests to exercise the degraded path.
 _WRAPPER_NO_TIMEOUT = _WRAPPER.replace("tm=; command -v timeout >/dev/null 2>&1 && tm=timeout", "tm=")
+
+
+def escalation_words(escalation: Escalation, inner: Sequence[str]) -> list[str]:
+    """The provider's words around ``inner`` (the wrapper's ``sh -c`` argv): the one place they are made."""
+    p = escalation.provider
+    if p == "direct_root":
+        return ["exec", *inner]
+    if p == "sudo_nopasswd":
+        return ["exec", "sudo", "-n", "--", *inner]
+    if p == "sudo_password":
+        return ["exec", "sudo", "-S", "-p", escalation.prompt, "--", *inner]
+    if p == "su_password":
+        return ["exec", "su", "-", escalation.su_user, "-c", shlex.join(["exec", *inner])]
+    if p == "docker_host_root" and escalation.docker_image:
+        return [
+            "exec", escalation.docker_binary, "run", "--rm", "-i", "--privileged", "--pid=host",
+            "--net=host", "--ipc=host", "-v", "/:/host", escalation.docker_image, "chroot", "/host", *inner,
+        ]  # fmt: skip
+    raise InvalidRequest(field="privilege", reason=f"provider {p} cannot be rendered (not configured)")
 
 
 def new_nonce() -> str:
@@ -145,6 +175,10 @@ class RenderedCommand:
     def end_prefix(self) -> bytes:
         return b"\x1eROG" + self.nonce.encode() + b"E"
 
+    @property
+    def not_root_marker(self) -> bytes:
+        return b"\x1eROG" + self.nonce.encode() + b"U\n"
+
 
 def render_command(
     argv: Sequence[str],
@@ -155,6 +189,7 @@ def render_command(
     env: Mapping[str, str] | None = None,
     nonce: str | None = None,
     use_timeout_binary: bool = True,
+    escalation: Escalation | None = None,
 ) -> RenderedCommand:
     """Render argv for the remote login shell. ``argv`` is data: it is never re-parsed as shell code.
 
@@ -174,11 +209,14 @@ def render_command(
     env_words = validate_env(env)
     nonce = nonce or new_nonce()
     wrapper = _WRAPPER if use_timeout_binary else _WRAPPER_NO_TIMEOUT
-    words = [
-        "exec", "sh", "-c", wrapper, "rog", nonce,
+    if escalation is not None:
+        wrapper = _ROOT_CHECK + wrapper
+    inner = [
+        "sh", "-c", wrapper, "rog", nonce,
         format_seconds(time_limit_s), str(kill_after_s), cwd or "", str(len(env_words)),
         *env_words, *argv,
     ]  # fmt: skip
+    words = ["exec", *inner] if escalation is None else escalation_words(escalation, inner)
     text = shlex.join(words)
     size = len(text.encode())
     if size > MAX_COMMAND_BYTES:

@@ -6,6 +6,14 @@ over the same master: it SIGKILLs the wrapper's session and every process whose 
 call's ``ROG_CALL`` marker (descendants that left the session: ``setsid``, double fork; found through
 ``/proc/*/environ``, so only processes of the login user), then confirms none is left. ``remote_killed`` is
 true only when that confirmation succeeded.
+
+A privileged request (``request.escalation``) is rendered behind its provider; for a password provider
+stdin is fed by ``_privilege_wire.feed_after_prompt`` (password only after the prompt, payload only after
+the start). What sudo/su print before the command starts is not part of the result; a command that never
+started because escalation failed is a :class:`PrivilegeError` (wrong password, refused, not uid 0).
+The kill script runs through the same provider when that needs no password; behind a password provider it
+runs as the login user and cannot reach root's processes: the command's remote time limit (``timeout``, run
+as root inside the wrapper) still ends it.
 """
 
 from __future__ import annotations
@@ -20,7 +28,9 @@ from ._exec import ExecRequest, RawExec, RawStream
 from ._master import Master
 from ._models import TargetIdentity
 from ._pool import MasterPool
-from ._process import ProcessOutcome, run_process
+from ._privilege_errors import PrivilegeError
+from ._privilege_wire import AuthWatch, Escalation, feed_after_prompt, split_pre_start
+from ._process import ProcessOutcome, StdinFeeder, run_process
 from ._render import MARKER_ALLOWANCE, RenderedCommand, parse_markers, render_command
 from ._settings import TargetSpec, TransportSettings
 from ._sshargs import SshArgs, classify_ssh_failure, is_mux_presession_failure
@@ -33,6 +43,8 @@ _LOCAL_GRACE_S = 5.0
 _SWEEP_AFTER_S = 2.0  # after limit + kill_after: `timeout` has returned and the wrapper printed its marker
 # Only a direct connection does key exchange; a mux client reaches it only through its (blocked) fallback.
 _MUX_FALLBACK = "kex_exchange_identification"
+# sudo's answers after a correct password that still refuse (not a wrong password)
+_NOT_PERMITTED = ("is not in the sudoers file", "is not allowed to execute", "may not run sudo")
 # $1: pgrep pattern of the wrapper's nonce, $2: grep pattern of ROG_CALL=<nonce> (both bracketed, so that
 # this script's own command line never matches them).
 _KILL_SCRIPT = r"""marked() {
@@ -54,6 +66,45 @@ exit 1
 
 class _MuxNotOpened(Exception):
     """The multiplexed session was provably never opened; nothing ran."""
+
+
+def _escalation_failure(
+    target: str, esc: Escalation, pre: bytes, rendered: RenderedCommand, watch: AuthWatch | None
+) -> PrivilegeError:
+    """Escalation never started the command: say why, without quoting anything that was typed."""
+    provider = esc.provider
+    if rendered.not_root_marker in pre:
+        return PrivilegeError(
+            f"{provider} did not give uid 0 on {target}; nothing was started",
+            target=target,
+            reason="not_root",
+            provider=provider,
+        )
+    said = pre.replace(esc.prompt_bytes, b"").decode(errors="replace").strip()[-300:]
+    if any(phrase in said for phrase in _NOT_PERMITTED):
+        return PrivilegeError(
+            f"{provider} refused on {target}: {said}", target=target, reason="refused", provider=provider
+        )
+    if watch is not None and watch.password_sent:
+        return PrivilegeError(
+            f"{provider}: the password was not accepted on {target}; nothing was started",
+            target=target,
+            reason="wrong_password",
+            provider=provider,
+        )
+    if watch is not None and watch.stalled:
+        return PrivilegeError(
+            f"{provider}: no password prompt appeared on {target}; nothing was started",
+            target=target,
+            reason="no_prompt",
+            provider=provider,
+        )
+    return PrivilegeError(
+        f"{provider} refused on {target}: {said or 'no reason given'}",
+        target=target,
+        reason="refused",
+        provider=provider,
+    )
 
 
 def _bracketed(text: str) -> str:
@@ -99,9 +150,29 @@ class SshProcessCarrier:
             kill_after_s=s.kill_after_s,
             cwd=request.cwd,
             env=request.env,
+            escalation=request.escalation,
         )
         out = HeadTail(request.head_cap, request.tail_cap)
-        err = HeadTail(request.head_cap + MARKER_ALLOWANCE, request.tail_cap + MARKER_ALLOWANCE)
+        esc = request.escalation
+        watch: AuthWatch | None = None
+        stdin: bytes | StdinFeeder | None = request.stdin
+        if esc is not None and esc.needs_password:
+            watch = AuthWatch(
+                request.head_cap + MARKER_ALLOWANCE,
+                request.tail_cap + MARKER_ALLOWANCE,
+                prompt=esc.prompt_bytes,
+                start_marker=rendered.start_marker,
+            )
+            err: HeadTail = watch
+            auth_watch, secret, payload = watch, request.secret, request.stdin
+            wait_s = s.connect_timeout_s + esc.wait_s
+
+            async def feeder(stream: anyio.abc.ByteSendStream) -> None:
+                await feed_after_prompt(stream, auth_watch, secret, payload, wait_s=wait_s)
+
+            stdin = feeder
+        else:
+            err = HeadTail(request.head_cap + MARKER_ALLOWANCE, request.tail_cap + MARKER_ALLOWANCE)
         ceiling = request.time_limit_s + s.kill_after_s + _LOCAL_GRACE_S
         if master is None:
             ceiling += s.connect_timeout_s
@@ -114,18 +185,18 @@ class SshProcessCarrier:
             # By now `timeout` has stopped the command's group; what still runs (descendants that left the
             # session, holding the output pipes and with them the ssh session) is swept by marker.
             await anyio.sleep(request.time_limit_s + s.kill_after_s + _SWEEP_AFTER_S)
-            sweep.append(await self._remote_kill(target, master, rendered))
+            sweep.append(await self._remote_kill(target, master, rendered, esc))
 
         argv = self._argv(target, master, rendered.text)
         with anyio.move_on_after(ceiling) as scope:
             try:
                 async with anyio.create_task_group() as tg:
                     tg.start_soon(watchdog)
-                    outcome = await run_process(argv, stdin=request.stdin, stdout=out, stderr=err)
+                    outcome = await run_process(argv, stdin=stdin, stdout=out, stderr=err)
                     tg.cancel_scope.cancel()
             except anyio.get_cancelled_exc_class():
                 with anyio.CancelScope(shield=True):
-                    remote_killed, _ = await self._remote_kill(target, master, rendered)
+                    remote_killed, _ = await self._remote_kill(target, master, rendered, esc)
                 raise
         if outcome is None or scope.cancelled_caught:
             raise CommandTimeout(
@@ -135,7 +206,14 @@ class SshProcessCarrier:
                 remote_killed=remote_killed,
             )
         duration_s = time.monotonic() - started
-        markers = parse_markers(rendered, err.head, err.tail, err.gap)
+        head = err.head
+        if esc is not None:  # what sudo/su printed before the command started is not the command's
+            pre, head = split_pre_start(head, rendered.start_marker)
+            if not head and err.gap == 0:  # never started: everything was before
+                pre, head = pre + err.tail, b""
+            if not head and outcome.returncode != 255:
+                raise _escalation_failure(target.name, esc, pre, rendered, watch)
+        markers = parse_markers(rendered, head, err.tail, err.gap)
         exit_code = markers.exit_code
         if exit_code is None:
             stderr_text = (markers.head + markers.tail).decode(errors="replace")
@@ -148,7 +226,7 @@ class SshProcessCarrier:
             remote_killed, survivors = sweep[0]
         elif timed_out:  # `timeout` stopped its process group; descendants that left it are checked here
             with anyio.CancelScope(shield=True):
-                remote_killed, survivors = await self._remote_kill(target, master, rendered)
+                remote_killed, survivors = await self._remote_kill(target, master, rendered, esc)
         return RawExec(
             exit_code=exit_code,
             stdout=RawStream(out.head, out.tail, out.gap),
@@ -186,13 +264,18 @@ class SshProcessCarrier:
         raise error
 
     async def _remote_kill(
-        self, target: TargetSpec, master: Master | None, victim: RenderedCommand
+        self,
+        target: TargetSpec,
+        master: Master | None,
+        victim: RenderedCommand,
+        escalation: Escalation | None = None,
     ) -> tuple[bool, tuple[int, ...]]:
         """Best effort, bounded: kill what ``victim`` started on the target (its session and every process
         carrying its marker). Returns (confirmed gone, pids seen surviving)."""
         script = ["sh", "-c", _KILL_SCRIPT, "rog-kill", _bracketed(victim.nonce)]
         script.append("ROG_CALL=" + _bracketed(victim.nonce))
-        rendered = render_command(script, time_limit_s=_KILL_S)
+        esc = escalation if escalation is not None and not escalation.needs_password else None
+        rendered = render_command(script, time_limit_s=_KILL_S, escalation=esc)
         use = master if master is not None and master.alive else None
         with anyio.move_on_after(_KILL_S + 5):
             outcome = await run_process(

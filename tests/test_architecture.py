@@ -391,6 +391,19 @@ PUBLIC = {
         "TransferResult",
         "TransferSettings",
         "Transfers",
+        # privilege (issue 16): the choice point, its report, its errors and the secret source it asks
+        "PrivilegeError",
+        "PrivilegeMode",
+        "PrivilegeReason",
+        "PrivilegeReport",
+        "PrivilegeSettings",
+        "ProviderAttempt",
+        "ProviderName",
+        "SecretRequest",
+        "SecretRequired",
+        "SecretSource",
+        "permission_denial",
+        "supervised_child",  # the gateway's askpass command runs as a supervised child too
     },
 }
 

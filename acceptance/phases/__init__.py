@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import importlib
 
-from acceptance._registry import not_built
-
 __all__ = ["MODULES"]
 
 MODULES = (
@@ -27,10 +25,12 @@ MODULES = (
     "transfers",
     "oauth",
     "sessions",
+    "root",
     "redaction",
 )
 
 for _module in MODULES:
     importlib.import_module(f"acceptance.phases.{_module}")  # registers its phases, in this order
 
-not_built("root", "privilege: sudo/su providers, secret entry, root toolset", "privilege providers")
+# Every capability of the open issues has its phase; one that has not landed yet is listed here with
+# acceptance._registry.not_built(name, title, what) until it does.

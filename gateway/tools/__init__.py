@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from gateway._catalog import ToolSpec
-from gateway.tools import files, files_search, forwards, health, remote, sessions, tasks, transfers
+from gateway.tools import files, files_search, forwards, health, remote, root, sessions, tasks, transfers
 
 __all__ = ["all_specs"]
 
@@ -15,6 +15,7 @@ def all_specs() -> list[ToolSpec[Any, Any]]:
     return [
         *health.SPECS,
         *remote.SPECS,
+        *root.SPECS,
         *files.SPECS,
         *files_search.SPECS,
         *tasks.SPECS,

@@ -14,7 +14,7 @@ from gateway._errors import ErrorCode, ToolFailure
 from gateway.tools._base import CommandIn, Input, Output, TargetName
 from remoteops import Capabilities, DiagnoseReport, ExecResult, TargetInfo
 
-__all__ = ["SPECS"]
+__all__ = ["SPECS", "ExecIn", "render_exec"]
 
 
 class TargetIn(Input):
@@ -85,7 +85,7 @@ async def remote_exec(ctx: ToolContext, args: ExecIn) -> ExecResult:
     )
 
 
-def _render_exec(out: ExecResult) -> str:
+def render_exec(out: ExecResult) -> str:
     status = f"exit {out.exit_code}" if out.exit_code is not None else f"signal {out.signal}"
     if out.timed_out:
         status += f" (timed out; remote process {'stopped' if out.remote_killed else 'may still run'})"
@@ -176,6 +176,6 @@ SPECS: list[ToolSpec[Any, Any]] = [
         idempotent=False,
         open_world=True,
         handler=remote_exec,
-        render=_render_exec,
+        render=render_exec,
     ),
 ]

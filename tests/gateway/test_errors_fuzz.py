@@ -184,7 +184,8 @@ async def _gateway(workdir: Path) -> AsyncIterator[tuple[Client, list[types.Tool
                 "exec_timeout_max_s": 5,
             },
             # teardown too: remote_delete is fuzzed (on relative paths, inside the embedded sandbox)
-            "tools": {"toolsets": ["inspect", "manage", "execute", "teardown", "upstream"]},
+            # root too: remote_root_exec on the demo target (not in root.targets) is policy_denied
+            "tools": {"toolsets": ["inspect", "manage", "execute", "teardown", "root", "upstream"]},
         }
     )
     async with (
