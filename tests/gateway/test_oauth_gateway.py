@@ -294,6 +294,39 @@ async def test_a_relayed_tool_without_the_upstream_scope_gets_403_and_with_it_is
     assert echoed.structured_content == {"text": "hi"}
 
 
+async def _surface(gw: GatewayProcess, token: str) -> tuple[list[str], list[str], list[Any]]:
+    """Relayed resources and prompts as the caller of ``token`` sees them: the two lists, then a read and a
+    prompt get (each the result, or the JSON-RPC error code)."""
+    http = await _client_session(gw, {"Authorization": f"Bearer {token}"})
+    outcomes: list[Any] = []
+    async with http, Client(streamable_http_client(gw.url, http_client=http), mode="legacy") as client:
+        resources = [str(r.uri) for r in (await client.list_resources()).resources]
+        prompts = [p.name for p in (await client.list_prompts()).prompts]
+        for attempt in (
+            lambda: client.read_resource("fault://static"),
+            lambda: client.get_prompt("greet", {"name": "Ada"}),
+        ):
+            try:
+                outcomes.append(await attempt())
+            except MCPError as error:
+                outcomes.append(error.error.code)
+    return resources, prompts, outcomes
+
+
+async def test_relayed_resources_and_prompts_are_hidden_and_refused_without_the_upstream_scope(
+    gw: GatewayProcess, idp: AuthServer
+) -> None:
+    # The one policy, as for relayed tools: the gateway serves the surface, this caller's scopes do not
+    # reach it — empty lists, and a read or get is refused like an unknown URI or name (-32602).
+    resources, prompts, outcomes = await _surface(gw, idp.issue("alice", "remoteops:inspect"))
+    assert (resources, prompts, outcomes) == ([], [], [-32602, -32602])
+    resources, prompts, (read, greeted) = await _surface(gw, idp.issue("alice", "remoteops:upstream"))
+    assert "fault://static" in resources
+    assert "greet" in prompts
+    assert read.contents
+    assert greeted.messages
+
+
 async def test_an_sdk_client_without_step_up_sees_the_403_as_the_calls_error(
     gw: GatewayProcess, idp: AuthServer
 ) -> None:

@@ -247,3 +247,32 @@ async def test_a_subscription_is_made_again_upstream_after_the_upstream_restarts
                 after = await subscribed_upstream(fault)
     assert before == after == ["fault://static"]
     assert text(probe) == "1"
+
+
+async def test_without_the_upstream_toolset_the_relayed_surface_is_not_served_and_nothing_reaches_it(
+    tmp_path: Path,
+) -> None:
+    # The operator's toolsets are the outer limit: no `upstream`, no relayed resources or prompts at all —
+    # the capabilities are not advertised (-32601) and no read reaches the upstream. (A caller whose token
+    # lacks the upstream scope on a gateway that serves them: tests/gateway/test_oauth_gateway.py.)
+    async with surface_fault(tmp_path / "fault") as fault:
+        settings: dict[str, Any] = {
+            "upstreams": [{"connection": connection(fault, first_list_wait_s=20)}],
+            "tools": {"toolsets": ["inspect"]},
+        }
+        async with serve_gateway(tmp_path, **settings) as (client, _):
+            with anyio.fail_after(30):
+                capabilities = client.server_capabilities
+                codes: list[int] = []
+                for attempt in (
+                    client.list_resources,
+                    client.list_prompts,
+                    lambda: client.read_resource("fault://count/gated"),
+                    lambda: client.get_prompt("greet", {"name": "Ada"}),
+                ):
+                    with pytest.raises(MCPError) as refused:
+                        await attempt()
+                    codes.append(refused.value.error.code)
+    assert (capabilities.resources, capabilities.prompts) == (None, None)
+    assert codes == [-32601] * 4
+    assert fault.counts() == {}
