@@ -285,8 +285,11 @@ async def remote_delete(ctx: ToolContext, args: DeleteIn) -> DeleteOut:
 
 
 def _render_read(out: ReadOut) -> str:
+    """The content itself follows the header line: a client that shows the model only the text content
+    (not ``structuredContent``) must still hand it the file."""
     more = f", {out.remaining} more bytes (truncated)" if out.truncated else ""
-    return f"{out.path}: {out.length} of {out.size} bytes from {out.offset}{more}; sha256 {out.sha256}"
+    head = f"{out.path}: {out.length} of {out.size} bytes from {out.offset}{more}; sha256 {out.sha256}"
+    return f"{head}\n{out.content}" if out.encoding == "utf-8" else f"{head} (base64)\n{out.content}"
 
 
 def _render_write(out: WriteOut) -> str:

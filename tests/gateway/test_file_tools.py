@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import jsonschema
+import mcp_types as types
 import pytest
 
 from gateway._dispatch import error_payload
@@ -80,6 +81,8 @@ async def test_write_read_stat_and_list_through_mcp_match_their_schemas_and_the_
     assert blob.is_error is not True
     assert text.structured_content["sha256"] == hashlib.sha256("héllo\n".encode()).hexdigest()
     assert read.structured_content["content"] == "héllo\n"
+    [shown] = [block.text for block in read.content if isinstance(block, types.TextContent)]
+    assert shown.endswith("\nhéllo\n")  # the text content carries the file too, not only a summary
     assert base64.b64decode(read_b.structured_content["content"]) == binary[250:]
     assert (stat.structured_content["mode"], stat.structured_content["size"]) == ("0600", 256)
     assert stat.structured_content["sha256"] == hashlib.sha256(binary).hexdigest()
