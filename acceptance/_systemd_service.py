@@ -31,7 +31,7 @@ from typing import Any
 from acceptance._service_probe import WAIT_S
 from tests.fixtures.systemd_target import SystemdTarget, host_sysctls, systemd_target
 
-__all__ = ["GATEWAY_UNIT", "TERMINAL_UNIT", "WATCHDOG_S", "run_service_scenario"]
+__all__ = ["GATEWAY_UNIT", "TERMINAL_UNIT", "WATCHDOG_S", "checkout_unusable_reason", "run_service_scenario"]
 
 ROOT = Path(__file__).resolve().parents[1]
 OPS = ROOT / "ops"
@@ -314,6 +314,16 @@ def run_service_scenario(figures: dict[str, Any], check: Check) -> dict[str, Any
         _stop_drains(target, figures, check)
     figures["host_sysctls_unchanged"] = host_sysctls() == sysctls
     return info
+
+
+def checkout_unusable_reason() -> str | None:
+    """Why the units cannot run this checkout, or None. The gateway unit has ``PrivateTmp=yes``: a checkout
+    (or a venv) under /tmp or /var/tmp is invisible to it through the ``/opt`` links, and its start fails."""
+    for path in (ROOT, Path(sys.prefix)):
+        resolved = path.resolve()
+        if any(resolved.is_relative_to(tmp) for tmp in (Path("/tmp"), Path("/var/tmp"))):
+            return f"{resolved} is under a temporary directory, which PrivateTmp=yes hides from the unit"
+    return None
 
 
 def _symlinks() -> dict[str, str]:

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+import acceptance._systemd_service as service
 from acceptance._mcp import error_code, error_of
 from acceptance._registry import REGISTRY, not_built
 from acceptance._report import CleanupCheck, PhaseResult, Report, Status
@@ -81,3 +82,11 @@ def test_the_registry_lists_each_phase_once_and_refuses_a_duplicate() -> None:
     assert all(p.reason for p in REGISTRY if p.run is None)
     with pytest.raises(ValueError, match="twice"):
         not_built(names[0], "again", "anything")
+
+
+def test_a_checkout_under_tmp_is_named_as_unusable_for_the_units(monkeypatch: pytest.MonkeyPatch) -> None:
+    # the gateway unit's PrivateTmp=yes hides /tmp: the service scenario says so instead of a failed start
+    monkeypatch.setattr(service, "ROOT", Path("/tmp/some-clone"))
+    reason = service.checkout_unusable_reason()
+    assert reason is not None
+    assert "PrivateTmp" in reason

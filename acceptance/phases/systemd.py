@@ -11,7 +11,7 @@ from pathlib import Path
 import anyio
 
 from acceptance._registry import PhaseContext, phase
-from acceptance._systemd_service import run_service_scenario
+from acceptance._systemd_service import checkout_unusable_reason, run_service_scenario
 from tests.fixtures.systemd_target import host_sysctls, systemd_target_unavailable_reason
 
 __all__ = ["service_under_systemd"]
@@ -22,6 +22,8 @@ async def service_under_systemd(ctx: PhaseContext) -> None:
     reason = systemd_target_unavailable_reason()
     if reason is not None:
         ctx.skip(f"cannot boot a systemd target here: {reason}")
+    if (unusable := checkout_unusable_reason()) is not None:
+        ctx.skip(f"the ops/ units cannot run this checkout: {unusable}")
     before = host_sysctls()
     ctx.created("host fs.protected_* sysctls unchanged", lambda: host_sysctls() == before)
     info = await anyio.to_thread.run_sync(run_service_scenario, ctx.figures, ctx.check)
