@@ -188,9 +188,6 @@ async def serve_http(
                 "healthz": health_url,
                 "audit_file": str(settings.audit_path),
             }
-            if ready_file is not None:
-                data = json.dumps(info).encode()
-                await anyio.to_thread.run_sync(lambda: atomic_write(ready_file, data, mode=0o600))
             if announce:
                 print(f"remoteops-gateway {rt.identity.version} serving MCP at {url}", file=sys.stderr)
                 if token:
@@ -201,6 +198,9 @@ async def serve_http(
                     if show_token:
                         print(f"  token: {token}", file=sys.stderr)
                 print(f"  health: {health_url}   audit: {settings.audit_path}", file=sys.stderr)
+            if ready_file is not None:  # last: whoever waits for it finds the banner already printed
+                data = json.dumps(info).encode()
+                await anyio.to_thread.run_sync(lambda: atomic_write(ready_file, data, mode=0o600))
             _log.info("serving", url=url, auth=settings.auth.mode)
             notifier.ready(f"serving MCP at {url}")
             tg.start_soon(_watchdog, notifier, stopping, health_url)
