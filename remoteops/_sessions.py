@@ -58,6 +58,7 @@ from ._settings import TransportSettings
 from ._state import Collection as StoreCollection
 from ._state import StateStore
 from ._task_upkeep import recover
+from ._task_wire import base64_read_cap
 
 __all__ = ["SESSIONS", "RemoteSessions", "session_key"]
 
@@ -92,8 +93,7 @@ class RemoteSessions:
         self._store = store
         self._settings = settings
         self._clock = clock
-        # base64 grows 4/3; keep the whole answer inside the carrier's output cap
-        self._read_cap = max(1024, (transport.output_cap_bytes - 1024) * 3 // 4)
+        self._read_cap = base64_read_cap(transport.output_cap_bytes)
         self._ceiling_s = transport.exec_timeout_max_s
         self._wait_slots_n = max(1, transport.max_channels_per_target // 4)
         self._wire = SessionWire(ops, settings, ceiling_s=transport.exec_timeout_max_s)

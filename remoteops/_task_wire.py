@@ -15,11 +15,17 @@ from ._ops import RemoteOps
 from ._task_models import TaskCapabilityMissing, TaskConflict, TaskRecord, TaskRemoteError, TaskStream
 from ._task_scripts import CANCEL_SCRIPT, PURGE_SCRIPT, READ_SCRIPT, WAIT_SCRIPT
 
-__all__ = ["Cancelled", "Chunk", "Seen", "Started", "TaskWire", "decode_text_prefix"]
+__all__ = ["Cancelled", "Chunk", "Seen", "Started", "TaskWire", "base64_read_cap", "decode_text_prefix"]
 
 _START_LIMIT_S = 30.0
 _LIMIT_S = 30.0
 _LOCAL_GRACE_S = 15.0  # beyond the remote limit, for ssh itself
+
+
+def base64_read_cap(output_cap_bytes: int) -> int:
+    """Bytes a read may ask the target for: they come back base64 (4/3 larger) and the whole answer must fit
+    inside the carrier's output cap, with room for its header lines."""
+    return max(1024, (output_cap_bytes - 1024) * 3 // 4)
 
 
 def decode_text_prefix(data: bytes, *, final: bool) -> tuple[str, int]:

@@ -65,7 +65,7 @@ from ._task_models import (
 )
 from ._task_scripts import command_file, new_nonce, start_script
 from ._task_upkeep import checked_command, expired, recover, retention_loop
-from ._task_wire import Seen, TaskWire, decode_text_prefix
+from ._task_wire import Seen, TaskWire, base64_read_cap, decode_text_prefix
 
 __all__ = ["TASKS", "RemoteTasks"]
 
@@ -108,8 +108,7 @@ class RemoteTasks:
         self._store = store
         self._settings = settings
         self._clock = clock
-        # base64 grows 4/3; keep the whole answer inside the carrier's output cap
-        self._read_cap = max(1024, (transport.output_cap_bytes - 1024) * 3 // 4)
+        self._read_cap = base64_read_cap(transport.output_cap_bytes)
         self._wait_slots_n = max(1, transport.max_channels_per_target // 2)
         self._wire = TaskWire(ops, settings.remote_dir)
         self._records: dict[str, TaskRecord] = {}
