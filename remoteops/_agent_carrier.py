@@ -18,7 +18,6 @@ connect failures come from the same pool and classification as the ssh carrier.
 
 from __future__ import annotations
 
-import contextlib
 import time
 from typing import Any
 
@@ -229,8 +228,15 @@ class AgentCarrier:
         """Make the target's carrier ready (start or wait for its agent per mode) and return its state."""
         mode = self.mode(target)
         if mode == "agent":
-            with contextlib.suppress(AgentUnavailable, RemoteOpsError):
-                await self._channel(target, identity)
+            # A channel that passed its health check can still end a moment later (its agent was killed and
+            # the EOF had not arrived yet): a fresh one is started, a bounded number of times.
+            for _attempt in range(_FRESH_CHANNEL_TRIES):
+                try:
+                    channel = await self._channel(target, identity)
+                except (AgentUnavailable, RemoteOpsError):
+                    break
+                if channel.usable:
+                    break
         elif mode == "auto" and target.name not in self._fallback:
             await self._ready_channel(target, identity)
             booting = self._booting.get(target.name)

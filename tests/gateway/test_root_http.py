@@ -33,10 +33,14 @@ from tests.fixtures.sshd import SshdInstance
 pytestmark = [pytest.mark.slow, pytest.mark.sshd]
 
 CLIENT_TIMEOUT_S = 90.0
-# Runs as root under the sudo that waits for it: every process's argv and environment on the target.
+# Runs as root under the sudo that waits for it: every process's argv and environment on the target, into
+# the file "$1" (whole: a busy machine's list is larger than the result's output cap, whose head and tail
+# alone could miss the sudo line); stdout gets the sudo lines and the file's size.
 CAPTURE = (
-    "ps -eww -o pid,user,args; "
-    "for f in /proc/[0-9]*/cmdline /proc/[0-9]*/environ; do tr '\\0' ' ' < $f 2>/dev/null; echo; done"
+    'ps -eww -o pid,user,args > "$1"; '
+    "for f in /proc/[0-9]*/cmdline /proc/[0-9]*/environ; do tr '\\0' ' ' < $f 2>/dev/null; echo; done "
+    '>> "$1"; '
+    'grep -F "sudo -S -p" "$1"; wc -c < "$1"'
 )
 
 
@@ -59,10 +63,11 @@ def root_gateway(sshd: SshdInstance, tmp_path_factory: pytest.TempPathFactory) -
 
 @pytest.mark.anyio
 async def test_a_planted_password_appears_nowhere_the_gateway_or_the_target_leaves_anything(
-    sshd: SshdInstance, root_gateway: GatewayProcess
+    sshd: SshdInstance, root_gateway: GatewayProcess, tmp_path: Path
 ) -> None:
     planted = sshd.pass_password
     gw = root_gateway
+    capture_file = tmp_path / "processes.txt"  # the target is this machine: the test reads what root wrote
     results: list[dict[str, Any]] = []
     http = httpx2.AsyncClient(headers=gw.headers(), timeout=httpx2.Timeout(CLIENT_TIMEOUT_S))
     async with (
@@ -70,7 +75,7 @@ async def test_a_planted_password_appears_nowhere_the_gateway_or_the_target_leav
         http,
         Client(streamable_http_client(gw.url, http_client=http), mode="legacy") as client,
     ):
-        args = {"target": "pass", "argv": ["sh", "-c", CAPTURE], "timeout_s": 30}
+        args = {"target": "pass", "argv": ["sh", "-c", CAPTURE, "sh", str(capture_file)], "timeout_s": 30}
         with anyio.fail_after(CLIENT_TIMEOUT_S):
             first = await client.call_tool("remote_root_exec", args)
         results.append(first.model_dump(mode="json"))
@@ -86,13 +91,18 @@ async def test_a_planted_password_appears_nowhere_the_gateway_or_the_target_leav
     assert page.after_status == 200
     assert not second.is_error, second
     assert second.structured_content is not None
-    captured = second.structured_content["stdout"]
-    assert "sudo -S -p [rog-sudo-" in captured  # the waiting sudo is in the captured process list
+    stdout = second.structured_content["stdout"]
+    raw = capture_file.read_bytes()
+    assert stdout.split()[-1] == str(len(raw)), stdout  # the whole list, as root wrote it
+    captured = raw.decode("utf-8", "replace")
+    assert "sudo -S -p [rog-sudo-" in stdout, stdout  # the waiting sudo is in the captured process list
+    assert "sudo -S -p [rog-sudo-" in captured
     assert second.structured_content["privilege"]["provider"] == "sudo_password"
     haystacks = {
         "gateway log": gw.stderr_text(),
         "page after submission": page.after_html,
         "target process list": captured,
+        "root command's output": stdout,
         "tool results": json.dumps(results),
     }
     files = [p for p in gw.state_dir.rglob("*") if p.is_file()]
