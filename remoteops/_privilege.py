@@ -133,6 +133,7 @@ class Escalator:
             su_user=s.su_user,
             docker_binary=s.docker_binary,
             docker_image=s.docker_image,
+            docker_run_args=s.docker_run_args,
             wait_s=s.prompt_timeout_s,
         )
 

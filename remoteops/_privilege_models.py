@@ -12,7 +12,7 @@ Providers, in the operator's order, each enabled by being listed:
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -41,6 +41,11 @@ class PrivilegeSettings(BaseModel):
     su_user: str = Field(default="root", pattern=r"^[A-Za-z0-9_.][A-Za-z0-9_.-]{0,63}$")
     docker_image: str | None = Field(default=None, pattern=r"^[A-Za-z0-9][A-Za-z0-9_./:@-]{0,254}$")
     docker_binary: str = "docker"
+    docker_run_args: tuple[
+        Annotated[str, Field(min_length=1, max_length=256, pattern=r"^-[^\x00]*$")], ...
+    ] = Field(default=(), max_length=32)
+    """Extra ``run`` options for the engine on the target, placed before the image: each one option word in
+    ``--name=value`` form (``--runtime=runc``, ``--ulimit=nproc=1024:1024``), passed as one argv word."""
     password_attempts: int = Field(default=5, ge=1, le=100)  # password uses per target per window
     password_window_s: float = Field(default=300, gt=0)
     prompt_timeout_s: float = Field(default=15, gt=0, le=120)  # wait for sudo/su's prompt and verdict

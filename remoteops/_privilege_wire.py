@@ -37,6 +37,7 @@ class Escalation:
     su_user: str = "root"
     docker_binary: str = "docker"
     docker_image: str | None = None
+    docker_run_args: tuple[str, ...] = ()
     wait_s: float = 15.0  # for the prompt, then for the verdict (plus the connect timeout)
     prompt: str = field(default_factory=lambda: f"[rog-sudo-{secrets.token_hex(6)}]")
 

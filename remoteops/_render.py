@@ -119,7 +119,8 @@ def escalation_words(escalation: Escalation, inner: Sequence[str]) -> list[str]:
     if p == "docker_host_root" and escalation.docker_image:
         return [
             "exec", escalation.docker_binary, "run", "--rm", "-i", "--privileged", "--pid=host",
-            "--net=host", "--ipc=host", "-v", "/:/host", escalation.docker_image, "chroot", "/host", *inner,
+            "--net=host", "--ipc=host", "-v", "/:/host", *escalation.docker_run_args, escalation.docker_image,
+            "chroot", "/host", *inner,
         ]  # fmt: skip
     raise InvalidRequest(field="privilege", reason=f"provider {p} cannot be rendered (not configured)")
 

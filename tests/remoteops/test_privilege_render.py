@@ -11,8 +11,9 @@ import subprocess
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from pydantic import ValidationError
 
-from remoteops import ProviderName
+from remoteops import PrivilegeSettings, ProviderName
 from remoteops._privilege_wire import Escalation
 from remoteops._render import escalation_words, render_command
 from tests.remoteops.test_render import ARGS, expected
@@ -66,3 +67,20 @@ def test_each_provider_puts_its_own_words_before_the_wrapper() -> None:
     assert docker[docker.index("img:1") + 1 :] == ["chroot", "/host", *inner]
     assert {"--privileged", "--pid=host", "-v", "/:/host"} <= set(docker)
     assert sudo.prompt != Escalation("sudo_password").prompt  # a fresh prompt per call
+
+
+def test_the_operators_engine_options_go_before_the_image_one_word_each() -> None:
+    inner = ["sh", "-c", "W", "rog"]
+    extra = ("--runtime=runc", "--ulimit=nproc=1024:1024", "--label=a b;$(x)")
+    docker = escalation_words(
+        Escalation("docker_host_root", docker_image="img:1", docker_run_args=extra), inner
+    )
+    image = docker.index("img:1")
+    assert tuple(docker[image - 3 : image]) == extra  # verbatim words, never split or interpreted
+    assert docker[image + 1 :] == ["chroot", "/host", *inner]
+
+
+@pytest.mark.parametrize("bad", ["runc", "", "-x\x00y", "-" + "x" * 300])
+def test_an_engine_option_that_is_not_one_option_word_is_refused_by_the_settings(bad: str) -> None:
+    with pytest.raises(ValidationError):
+        PrivilegeSettings(docker_run_args=(bad,))
