@@ -10,7 +10,7 @@ from typing import Protocol, TypeVar
 import anyio
 import structlog
 
-from ._errors import RemoteOpsError
+from ._errors import InvalidRequest, RemoteOpsError
 from ._task_models import FINISHED, TaskRecord
 
 __all__ = ["checked_command", "expired", "recover", "retention_loop"]
@@ -21,21 +21,51 @@ _log = structlog.get_logger("remoteops.tasks")
 
 
 def checked_command(
-    argv: Sequence[str] | None, shell: str | None, cwd: str | None, env: Mapping[str, str] | None
+    argv: Sequence[str] | None,
+    shell: str | None,
+    cwd: str | None,
+    env: Mapping[str, str] | None,
+    *,
+    target: str | None = None,
 ) -> tuple[tuple[str, ...], dict[str, str]]:
-    """The words to exec and the environment, or ValueError (nothing is recorded or run then)."""
+    """The words to exec and the environment, or :class:`InvalidRequest` naming the field (nothing is
+    recorded or run then): the rules ``remote_exec`` applies, without its command-line length limit (a
+    task's command travels on stdin)."""
     if (argv is None) == (shell is None):
-        raise ValueError("give exactly one of argv or shell")
-    words = ("sh", "-c", shell) if shell is not None else tuple(argv or ())
-    if not words or not words[0]:
-        raise ValueError("argv must be non-empty")
+        raise InvalidRequest(target=target, field="argv", reason="give exactly one of argv or shell")
+    if shell is not None:
+        _check_text(target, "shell", shell)
+        words: tuple[str, ...] = ("sh", "-c", shell)
+    else:
+        words = tuple(argv or ())
+        if not words:
+            raise InvalidRequest(target=target, field="argv", reason="must not be empty")
+        if not words[0]:
+            raise InvalidRequest(target=target, field="argv[0]", reason="the program name must not be empty")
+        for index, word in enumerate(words):
+            _check_text(target, f"argv[{index}]", word)
+    if cwd is not None:
+        _check_text(target, "cwd", cwd)
     checked = dict(env or {})
     for name, value in checked.items():
-        if not _ENV_NAME.fullmatch(name) or "\0" in value:
-            raise ValueError(f"invalid environment variable {name!r}")
-    if any("\0" in w for w in words) or (cwd is not None and "\0" in cwd):
-        raise ValueError("argv and cwd must not contain NUL")
+        if not _ENV_NAME.fullmatch(name):
+            raise InvalidRequest(
+                target=target,
+                field=f"env.{ascii(name)[1:-1][:64]}",
+                reason="invalid environment variable name (must match [A-Za-z_][A-Za-z0-9_]*)",
+            )
+        _check_text(target, f"env.{name}", value)
     return words, checked
+
+
+def _check_text(target: str | None, field: str, value: str) -> None:
+    if "\0" in value:
+        raise InvalidRequest(target=target, field=field, reason="contains a NUL byte")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        reason = "is not valid UTF-8 (lone surrogate)"
+        raise InvalidRequest(target=target, field=field, reason=reason) from None
 
 
 class _Recorded(Protocol):

@@ -83,9 +83,10 @@ def _int(text: str) -> int | None:
 
 
 class TaskWire:
-    def __init__(self, ops: RemoteOps, remote_dir: str) -> None:
+    def __init__(self, ops: RemoteOps, remote_dir: str, *, ceiling_s: float) -> None:
         self._ops = ops
         self._root = remote_dir.rstrip("/") or "/"
+        self._ceiling_s = ceiling_s
 
     def directory(self, record: TaskRecord) -> str:
         return record.remote_dir or f"{self._root}/{record.id}"
@@ -105,6 +106,7 @@ class TaskWire:
     async def _run(
         self, target: str, task_id: str | None, script: str, args: Sequence[str], limit: float
     ) -> str:
+        limit = min(limit, self._ceiling_s)  # the operator's exec ceiling holds for these programs too
         with anyio.fail_after(limit + _LOCAL_GRACE_S):
             result = await self._ops.run(
                 target, ["sh", "-s", "--", *args], stdin=script.encode(), timeout_s=limit
@@ -121,7 +123,7 @@ class TaskWire:
     async def start(self, record: TaskRecord, script: str) -> Started:
         """Run the starter. Transport errors propagate unchanged (the caller decides what they mean)."""
         result = await self._ops.run(
-            record.target, ["sh", "-s"], stdin=script.encode(), timeout_s=_START_LIMIT_S
+            record.target, ["sh", "-s"], stdin=script.encode(), timeout_s=min(_START_LIMIT_S, self._ceiling_s)
         )
         lines = dict(line.split(" ", 1) for line in result.stdout.splitlines() if " " in line)
         ok = lines.get("ROGOK", "").split()

@@ -38,6 +38,7 @@ from ._errors import (
     AuthError,
     ConnectError,
     HostKeyError,
+    InvalidRequest,
     PolicyDenied,
     RemoteOpsError,
     RemoteShellError,
@@ -110,7 +111,8 @@ class RemoteTasks:
         self._clock = clock
         self._read_cap = base64_read_cap(transport.output_cap_bytes)
         self._wait_slots_n = max(1, transport.max_channels_per_target // 2)
-        self._wire = TaskWire(ops, settings.remote_dir)
+        self._ceiling_s = transport.exec_timeout_max_s
+        self._wire = TaskWire(ops, settings.remote_dir, ceiling_s=transport.exec_timeout_max_s)
         self._records: dict[str, TaskRecord] = {}
         self._locks: dict[str, anyio.Lock] = {}
         self._wait_slots: dict[str, anyio.Semaphore] = {}
@@ -168,7 +170,7 @@ class RemoteTasks:
     ) -> TaskInfo:
         """Start ``argv`` (or ``sh -c shell``) detached on ``target``; returns once running and recorded."""
         self._ops.target(target)  # PolicyDenied before anything is written
-        words, env = checked_command(argv, shell, cwd, env)
+        words, env = checked_command(argv, shell, cwd, env, target=target)
         nonce = new_nonce()
         record = TaskRecord(
             id=f"t-{secrets.token_hex(8)}",
@@ -275,9 +277,13 @@ class RemoteTasks:
         s = self._settings
         bound = s.wait_default_s if timeout_s is None else timeout_s
         if not 0 <= bound <= s.wait_max_s:
-            raise ValueError(f"timeout_s must be in [0, {s.wait_max_s}]")
+            raise InvalidRequest(
+                target=record.target, field="timeout_s", reason=f"must be in [0, {s.wait_max_s}] seconds"
+            )
         if pattern is not None and (not pattern or "\n" in pattern or "\0" in pattern):
-            raise ValueError("pattern must be one non-empty line")
+            raise InvalidRequest(
+                target=record.target, field="pattern", reason="must be one non-empty line without NUL"
+            )
         started = time.monotonic()
 
         def result(rec: TaskRecord, outcome: WaitOutcome, matched: str | None = None) -> TaskWaitResult:
@@ -297,12 +303,14 @@ class RemoteTasks:
                 "the task never started", target=record.target, task_id=task_id, state="failed"
             )
         slots = self._wait_slots.setdefault(record.target, anyio.Semaphore(self._wait_slots_n))
+        # a segment's remote program runs under the operator's exec ceiling (with room for its own start)
+        segment_max = max(0.5, min(s.wait_segment_s, self._ceiling_s - 5))
         while True:
             if record.state in ("exited", "cancelled"):
                 return result(record, "exited")
             if record.state == "lost":
                 return result(record, "lost")
-            segment = min(s.wait_segment_s, max(0.0, bound - (time.monotonic() - started)))
+            segment = min(segment_max, max(0.0, bound - (time.monotonic() - started)))
             async with slots:
                 seen = await self._wire.look(
                     record, bound_s=segment, grow_s=s.progress_interval_s, since=since, pattern=pattern
@@ -332,8 +340,12 @@ class RemoteTasks:
         continues exactly after them (text holds back an incomplete trailing UTF-8 character)."""
         record = self._get(task_id)
         limit = min(max_bytes or self._settings.output_max_bytes, self._read_cap)
-        if limit < (4 if encoding == "text" else 1) or (since is not None and since < 0):
-            raise ValueError("max_bytes must be >= 4 for text (>= 1 for base64) and since >= 0")
+        if limit < (4 if encoding == "text" else 1):
+            raise InvalidRequest(
+                target=record.target, field="max_bytes", reason="must be >= 4 for text (>= 1 for base64)"
+            )
+        if since is not None and since < 0:
+            raise InvalidRequest(target=record.target, field="since", reason="must be >= 0")
         chunk = await self._wire.read(record, stream=stream, since=since or 0, limit=limit, tail=tail)
         start, size, data = chunk.start, chunk.size, chunk.data
         if chunk.seen.outcome in ("exited", "lost") and record.state not in FINISHED:

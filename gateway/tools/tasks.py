@@ -87,15 +87,12 @@ class TaskListOut(Output):
     truncated: bool
 
 
-def _invalid(exc: ValueError) -> ToolFailure:
-    return ToolFailure(ErrorCode.VALIDATION_ERROR, str(exc))
+# Input remoteops refuses (a NUL byte, a lone surrogate, an empty program name, ...) is its InvalidRequest,
+# which the one error mapping (gateway._errmap) turns into validation_error naming the field.
 
 
 async def task_start(ctx: ToolContext, args: TaskStartIn) -> TaskInfo:
-    try:
-        return await ctx.runtime.tasks.start(args.target, args.argv, args.shell, cwd=args.cwd, env=args.env)
-    except ValueError as exc:
-        raise _invalid(exc) from None
+    return await ctx.runtime.tasks.start(args.target, args.argv, args.shell, cwd=args.cwd, env=args.env)
 
 
 def _own(ctx: ToolContext, tool: str, task_id: str) -> None:
@@ -110,17 +107,14 @@ async def task_status(ctx: ToolContext, args: TaskIdIn) -> TaskInfo:
 
 async def task_output(ctx: ToolContext, args: TaskOutputIn) -> TaskOutput:
     _own(ctx, "task_output", args.task_id)
-    try:
-        return await ctx.runtime.tasks.output(
-            args.task_id,
-            stream=args.stream,
-            since=args.since,
-            max_bytes=args.max_bytes,
-            tail=args.tail,
-            encoding=args.encoding,
-        )
-    except ValueError as exc:
-        raise _invalid(exc) from None
+    return await ctx.runtime.tasks.output(
+        args.task_id,
+        stream=args.stream,
+        since=args.since,
+        max_bytes=args.max_bytes,
+        tail=args.tail,
+        encoding=args.encoding,
+    )
 
 
 async def task_wait(ctx: ToolContext, args: TaskWaitIn) -> TaskWaitResult:
@@ -129,19 +123,16 @@ async def task_wait(ctx: ToolContext, args: TaskWaitIn) -> TaskWaitResult:
         raise ToolFailure(
             ErrorCode.VALIDATION_ERROR,
             f"timeout_s {args.timeout_s} exceeds the configured ceiling {ceiling}",
-            details={"limit_s": ceiling},
+            details={"field": "timeout_s", "limit_s": ceiling},
         )
     _own(ctx, "task_wait", args.task_id)
 
     async def progress(size: int) -> None:
         await ctx.report_progress(float(size), None, f"{size} bytes of output so far")
 
-    try:
-        return await ctx.runtime.tasks.wait(
-            args.task_id, timeout_s=args.timeout_s, pattern=args.pattern, since=args.since, progress=progress
-        )
-    except ValueError as exc:
-        raise _invalid(exc) from None
+    return await ctx.runtime.tasks.wait(
+        args.task_id, timeout_s=args.timeout_s, pattern=args.pattern, since=args.since, progress=progress
+    )
 
 
 async def task_list(ctx: ToolContext, args: TaskListIn) -> TaskListOut:

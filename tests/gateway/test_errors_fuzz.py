@@ -9,7 +9,8 @@ empty strings, an argv of one empty string, huge integers.
 Commands really run (as this user, on this machine, through OpenSSH and the embedded target), so two
 limits keep the fuzzing harmless: the gateway's configured time limits are short (2 s default, 30 s
 ceiling: a longer ``timeout_s`` is a validation error), and a generated ``cwd`` that would leave the
-sandbox (absolute, ``~``, ``..``) is not used.
+sandbox (absolute, ``~``, ``..``) is not used. Every task ``task_start`` starts is cancelled at once (and the
+task root, its tmux server and any process carrying a task marker are removed with the fixture).
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ from gateway._runtime import Runtime
 from gateway._server import build_server
 from gateway.config import Settings
 from gateway.tools import all_specs, files, files_search
+from tests.remoteops.task_helpers import remote_root
 
 pytestmark = pytest.mark.slow
 
@@ -45,7 +47,7 @@ ALLOWED_FAILURES = {"validation_error", "policy_denied"}
 # Tools over stored objects answer a generated (well-formed, unknown) ID with not_found: a normal answer.
 ALLOWED_BY_PREFIX = {"task_": {"not_found"}, "forward_": {"not_found"}, "session_": {"not_found"}}
 # Not fuzzed here, each for a reason (their bad input has its own tests): generated local/remote paths with
-# `delete` could reach outside any sandbox (transfers), and a started task outlives the test (detached).
+# `delete` could reach outside any sandbox (transfers).
 # forward_create/forward_close start and stop ssh processes that outlive the runtime by design (their failures
 # are pinned in tests/remoteops/test_forwards.py). session_ensure creates a tmux server and a shell on the
 # target that outlive the test by design (its bad input is pinned in tests/gateway/test_session_tools.py);
@@ -54,7 +56,6 @@ NOT_FUZZED = {
     "remote_upload",
     "remote_download",
     "remote_sync",
-    "task_start",
     "session_ensure",
     "forward_create",
     "forward_close",
@@ -173,10 +174,11 @@ def _arguments(tool: types.Tool) -> Any:
 
 
 @asynccontextmanager
-async def _gateway(workdir: Path) -> AsyncIterator[tuple[Client, list[types.Tool]]]:
+async def _gateway(workdir: Path, task_root: Path) -> AsyncIterator[tuple[Client, list[types.Tool]]]:
     base = Settings.model_validate(
         {
             "state_dir": str(workdir / "state"),
+            "tasks": {"remote_dir": str(task_root)},
             "transport": {
                 "control_dir": str(workdir / "cm"),
                 "exec_timeout_default_s": 2,
@@ -201,8 +203,9 @@ def served() -> Iterator[Served]:
     workdir = Path(tempfile.mkdtemp(prefix="rogf-", dir="/tmp"))  # short: ControlPath limit
     try:
         with (
+            remote_root() as task_root,
             start_blocking_portal() as portal,
-            portal.wrap_async_context_manager(_gateway(workdir)) as (client, tools),
+            portal.wrap_async_context_manager(_gateway(workdir, task_root)) as (client, tools),
         ):
             yield portal, client, {t.name: t for t in tools}
     finally:
@@ -239,6 +242,10 @@ def _check(served: Served, name: str, args: dict[str, Any]) -> None:
         allowed |= FILE_FAILURES if name in FILE_TOOLS else set()
         assert error["code"] in allowed, (name, error)
         assert result.structured_content is None
+    elif name == "task_start":  # a detached task: stop it now, it must not outlive the example
+        assert result.structured_content is not None
+        cancelled = portal.call(client.call_tool, "task_cancel", {"task_id": result.structured_content["id"]})
+        assert cancelled.is_error is not True, cancelled
 
 
 _TOOL_NAMES = [spec.name for spec in all_specs() if spec.name not in NOT_FUZZED]
@@ -249,7 +256,7 @@ def test_any_arguments_the_input_schema_admits_never_end_as_internal_error(serve
     tool = served[2][name]
 
     @settings(
-        max_examples=150 if name == "remote_exec" else 15,
+        max_examples={"remote_exec": 150, "task_start": 40}.get(name, 15),
         deadline=None,
         suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
         database=None,
@@ -298,6 +305,43 @@ def test_an_argv_of_one_empty_string_is_a_validation_error_naming_argv(
     assert error is not None
     assert error["code"] == "validation_error"
     assert "argv" in error["details"]["field"]
+
+
+@pytest.mark.parametrize(
+    ("args", "field"),
+    [
+        ({"argv": ["echo", "a\x00b"]}, "argv[1]"),
+        ({"argv": [""]}, "argv[0]"),
+        ({"shell": "echo \x00"}, "shell"),
+        ({"argv": ["true"], "cwd": "sub\x00dir"}, "cwd"),
+        ({"argv": ["true"], "env": {"A": "x\x00"}}, "env.A"),
+    ],
+)
+def test_a_task_start_argument_remoteops_refuses_is_a_validation_error_naming_the_field(
+    served: Served, args: dict[str, Any], field: str
+) -> None:
+    portal, client, _ = served
+    result = portal.call(client.call_tool, "task_start", {"target": "demo", **args})
+    error = error_payload(result)
+    assert error is not None, result
+    assert error["code"] == "validation_error"
+    assert error["details"]["field"] == field
+    listed = portal.call(client.call_tool, "task_list", {"target": "demo", "state": "failed"})
+    assert listed.structured_content is not None
+    assert listed.structured_content["total"] == 0  # refused before anything was recorded
+
+
+def test_a_task_wait_longer_than_the_exec_ceiling_waits_in_segments_under_it(served: Served) -> None:
+    # The gateway's exec ceiling here is 5 s: the task programs (start, wait segments) obey it, and a wait
+    # for longer than it still ends with the task's exit.
+    portal, client, _ = served
+    started = portal.call(client.call_tool, "task_start", {"target": "demo", "shell": "sleep 5.5; exit 4"})
+    assert started.structured_content is not None, started
+    task_id = started.structured_content["id"]
+    waited = portal.call(client.call_tool, "task_wait", {"task_id": task_id, "timeout_s": 20})
+    assert waited.is_error is not True, waited
+    assert waited.structured_content is not None
+    assert (waited.structured_content["outcome"], waited.structured_content["exit_code"]) == ("exited", 4)
 
 
 def test_the_fuzzed_gateway_really_runs_commands_on_the_demo_target(
