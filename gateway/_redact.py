@@ -9,7 +9,8 @@ pass through it:
 * **audit records** — tool arguments by ``Redactor.arguments``, the rest of each record by ``Redactor.any``
   (``_audit``);
 * **``config check``** — the printed effective configuration, by ``Redactor.arguments`` (``cli``);
-* **health** — the upstream section of ``gateway_health`` (last errors), by ``Redactor.any``.
+* **health** — the whole ``gateway_health`` answer (last errors of upstreams, audit, transport and
+  forwards; state-store problems), by ``Redactor.any`` (``tools/health``).
 
 Successful tool results (a command's stdout, a relayed tool's answer) are the caller's data and are not
 rewritten.

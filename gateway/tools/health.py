@@ -89,7 +89,7 @@ async def gateway_health(ctx: ToolContext, _: HealthIn) -> HealthOut:
     carriers = transport.get("carriers") or {}
     transport["carriers"] = {name: carriers[name] for name in ctx.visible_targets(list(carriers))}
     upstreams = rt.relay.health() if ctx.policy.allows_toolset(ctx.identity, "upstream") else []
-    return HealthOut(
+    out = HealthOut(
         version=rt.identity.version,
         pid=rt.identity.pid,
         started_at=rt.identity.started_at,
@@ -101,12 +101,15 @@ async def gateway_health(ctx: ToolContext, _: HealthIn) -> HealthOut:
         unavailable=dict(rt.catalog.unavailable),
         audit=AuditHealth.model_validate(rt.audit.status()),
         transport=transport,
-        upstreams=rt.redactor.any(upstreams),  # last errors may quote credentials
+        upstreams=upstreams,
         tasks=rt.tasks.health().model_dump(mode="json"),
         sessions=rt.sessions.health().model_dump(mode="json"),
         state=rt.state.status(),
         forwards=rt.forwards.stats(),
     )
+    # The whole answer leaves through the one Redactor: last errors (upstream, audit, transport, forwards)
+    # and state-store problems quote what failed, and that may hold credentials.
+    return HealthOut.model_validate(rt.redactor.any(out.model_dump(mode="json")))
 
 
 def _render(out: HealthOut) -> str:
