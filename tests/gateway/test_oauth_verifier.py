@@ -160,3 +160,71 @@ async def test_introspection_with_a_wrong_client_secret_accepts_nothing(idp: Aut
     with anyio.fail_after(10):
         assert await verifier.verify_token(idp.issue_opaque("bob", "remoteops:inspect")) is None
     assert idp.introspection_requests == 1
+
+
+async def _until_wall_clock_passes(moment: float) -> None:
+    """Return once ``time.time()`` is past ``moment``: what is tested is expiry in wall-clock time itself
+    (an entry's lifetime), not a wait for another actor."""
+    await anyio.sleep(max(0.0, moment - time.time()) + 0.05)
+    assert time.time() > moment
+
+
+async def test_a_cached_introspection_answer_expires_at_the_tokens_exp(idp: AuthServer) -> None:
+    verifier = _verifier(idp, leeway_s=0)  # the cache cap (300 s) is far beyond exp
+    exp = int(time.time()) + 2
+    opaque = idp.issue_opaque("bob", "remoteops:inspect", exp=exp)
+    with anyio.fail_after(10):
+        first = await verifier.verify_token(opaque)
+        cached = await verifier.verify_token(opaque)
+    assert first is not None
+    assert first.expires_at == exp
+    assert cached == first
+    assert idp.introspection_requests == 1
+    await _until_wall_clock_passes(exp)
+    with anyio.fail_after(10):
+        after = await verifier.verify_token(opaque)
+    assert after is None  # not answered from the cache: asked again, and the token has expired
+    assert idp.introspection_requests == 2
+
+
+async def test_a_cached_introspection_answer_lives_at_most_introspection_cache_max_s(idp: AuthServer) -> None:
+    verifier = _verifier(idp, introspection_cache_max_s=1)
+    opaque = idp.issue_opaque("bob", "remoteops:inspect")  # valid for 600 s
+    with anyio.fail_after(10):
+        first = await verifier.verify_token(opaque)
+    cached_until = time.time() + 1
+    assert first is not None
+    idp.opaque[opaque]["active"] = False  # revoked at the authorization server
+    with anyio.fail_after(10):
+        within_cap = await verifier.verify_token(opaque)
+    assert within_cap == first  # the cached answer, as documented: a revocation waits for the cap
+    assert idp.introspection_requests == 1
+    await _until_wall_clock_passes(cached_until)
+    with anyio.fail_after(10):
+        after_cap = await verifier.verify_token(opaque)
+    assert after_cap is None  # asked again and told the token is no longer active
+    assert idp.introspection_requests == 2
+
+
+async def test_the_introspection_cache_holds_at_most_introspection_cache_max_entries(idp: AuthServer) -> None:
+    verifier = _verifier(idp, introspection_cache_max=3)
+    tokens = [idp.issue_opaque(f"user{i}", "remoteops:inspect") for i in range(8)]
+    with anyio.fail_after(30):
+        for token in tokens:
+            assert await verifier.verify_token(token) is not None
+        assert idp.introspection_requests == 8
+        for token in tokens[-3:]:  # the newest three are still cached
+            assert await verifier.verify_token(token) is not None
+        assert idp.introspection_requests == 8
+        for token in tokens[:5]:  # every older one was evicted: each is asked again
+            assert await verifier.verify_token(token) is not None
+    assert idp.introspection_requests == 13
+
+
+async def test_an_introspection_cache_of_size_zero_asks_every_time(idp: AuthServer) -> None:
+    verifier = _verifier(idp, introspection_cache_max=0)
+    opaque = idp.issue_opaque("bob", "remoteops:inspect")
+    with anyio.fail_after(10):
+        answers = [await verifier.verify_token(opaque) for _ in range(3)]
+    assert all(a is not None for a in answers)
+    assert idp.introspection_requests == 3
