@@ -94,8 +94,9 @@ async def test_task_tools_are_listed_with_schemas_in_their_toolsets(
     assert tools["task_start"].annotations.destructive_hint is True
 
 
+@pytest.mark.parametrize("carrier", ["auto", "ssh"])  # auto is the agent on this target
 async def test_start_wait_with_progress_output_list_and_cancel_through_mcp(
-    gateway_client: ClientFactory, sshd: SshdInstance, root: Path, gate: Gate
+    gateway_client: ClientFactory, sshd: SshdInstance, root: Path, gate: Gate, carrier: str
 ) -> None:
     seen: list[float] = []
 
@@ -104,6 +105,7 @@ async def test_start_wait_with_progress_output_list_and_cancel_through_mcp(
         gate.release()  # the wait is under way: let the task print more and finish
 
     config = _config(sshd, root, progress_interval_s=0.2, wait_segment_s=1)
+    config["transport"]["carrier"] = carrier
     async with gateway_client(**config) as (client, _):
         tools = {t.name: t for t in (await client.list_tools()).tools}
         with anyio.fail_after(90):
@@ -134,6 +136,8 @@ async def test_start_wait_with_progress_output_list_and_cancel_through_mcp(
     assert health["tasks"]["by_state"] == {"exited": 1}
     assert health["state"]["problems"] == []
     assert (cancelled["step"], cancelled["state"]) == ("INT", "cancelled")
+    used = health["transport"]["carriers"]["plain"]["carrier"]
+    assert used == ("ssh" if carrier == "ssh" else "agent")
 
 
 async def test_task_errors_have_codes(gateway_client: ClientFactory, sshd: SshdInstance, root: Path) -> None:

@@ -20,6 +20,7 @@ from remoteops import RemoteOps, RemoteTasks, StateStore, TaskInfo, TaskSettings
 from tests.remoteops.conftest import OpsFactory
 
 __all__ = [
+    "OVER_SSH",
     "Gate",
     "files_of",
     "gates",
@@ -158,14 +159,24 @@ def gates(shared_dir: Path) -> Iterator[Any]:
         g.close()
 
 
+OVER_SSH = ["setsid", "tmux", "setsid/ssh", "tmux/ssh"]
+"""``tasks`` parameters for the key tests that also run over the ssh carrier (``indirect=True``)."""
+
+
 @pytest.fixture(params=["setsid", "tmux"])
 async def tasks(
     request: pytest.FixtureRequest, ops_factory: OpsFactory, settings: TransportSettings, tmp_path: Path,
     root: Path,
 ) -> AsyncIterator[RemoteTasks]:  # fmt: skip
-    async with ops_factory() as ops, running_tasks(ops, tmp_path / "state", root, settings,
-                                                   session=request.param) as t:  # fmt: skip
+    """Tasks over the fixture sshd; the parameter is ``session`` or ``session/carrier`` (default: auto, which
+    is the agent on this target). Over ``ssh`` the fixture checks that no command took the agent."""
+    session, _, carrier = str(request.param).partition("/")
+    overrides = {"carrier": carrier} if carrier else {}
+    async with ops_factory(**overrides) as ops, running_tasks(ops, tmp_path / "state", root, settings,
+                                                              session=session) as t:  # fmt: skip
         yield t
+        if carrier:
+            assert ops.stats().carriers["plain"].carrier == carrier
 
 
 async def released_and_gone(gate: Gate, root: Path, task_id: str) -> None:

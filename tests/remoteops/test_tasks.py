@@ -27,6 +27,7 @@ pytestmark = [pytest.mark.sshd, pytest.mark.anyio]
 root, gates, tasks = th.root, th.gates, th.tasks  # fixtures
 
 
+@pytest.mark.parametrize("tasks", th.OVER_SSH, indirect=True)
 async def test_a_task_runs_detached_and_reports_exit_code_and_separate_streams(
     tasks: RemoteTasks, root: Path, tmp_path: Path
 ) -> None:
@@ -68,6 +69,7 @@ async def test_argv_cwd_and_env_arrive_literally(tasks: RemoteTasks, shared_dir:
     assert not await anyio.Path("/tmp/rog-pwned").exists()
 
 
+@pytest.mark.parametrize("tasks", th.OVER_SSH, indirect=True)
 async def test_wait_gives_still_running_at_its_bound_then_matched_then_exited(
     tasks: RemoteTasks, gates: Any
 ) -> None:
@@ -135,6 +137,7 @@ async def test_wait_reports_progress_with_the_bytes_so_far(
     assert all(size in (6, 13) for size in seen), seen
 
 
+@pytest.mark.parametrize("tasks", th.OVER_SSH, indirect=True)
 async def test_a_task_that_forges_completion_markers_does_not_complete_early(
     tasks: RemoteTasks, root: Path, gates: Any
 ) -> None:

@@ -28,6 +28,7 @@ async def _ready(tasks: RemoteTasks, task_id: str, text: str) -> None:
     assert result.outcome == "matched", result
 
 
+@pytest.mark.parametrize("tasks", th.OVER_SSH, indirect=True)
 async def test_cancel_of_a_plain_command_ends_at_sigint(tasks: RemoteTasks, root: Path) -> None:
     with anyio.fail_after(60):
         info = await start_sh(tasks, "echo up; exec sleep 1000")

@@ -101,6 +101,7 @@ async def test_tail_returns_the_last_bytes_and_a_cursor_at_the_end(tasks: Remote
 
 @pytest.mark.sshd
 @pytest.mark.anyio
+@pytest.mark.parametrize("tasks", th.OVER_SSH, indirect=True)
 async def test_reading_while_the_task_writes_collects_every_byte_once(tasks: RemoteTasks) -> None:
     script = (
         'i=0; while [ $i -lt 300 ]; do printf "line %s é✓\\n" $i; i=$((i+1)); '
