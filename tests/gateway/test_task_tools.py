@@ -149,6 +149,7 @@ async def test_task_errors_have_codes(gateway_client: ClientFactory, sshd: SshdI
                 "task_start", {"target": "plain", "argv": ["true"], "shell": "true"}
             )
             elsewhere = await client.call_tool("task_start", {"target": "nowhere", "argv": ["true"]})
+            nul = await client.call_tool("task_start", {"target": "plain", "argv": ["echo", "a\x00b"]})
             too_long = await client.call_tool(
                 "task_wait", {"task_id": "t-0123456789abcdef", "timeout_s": 10**6}
             )
@@ -156,7 +157,9 @@ async def test_task_errors_have_codes(gateway_client: ClientFactory, sshd: SshdI
     assert error_of(malformed)["code"] == "validation_error"
     assert error_of(both)["code"] == "validation_error"
     assert error_of(elsewhere)["code"] == "policy_denied"
+    assert (error_of(nul)["code"], error_of(nul)["details"]["field"]) == ("validation_error", "argv[1]")
     assert error_of(too_long)["code"] == "validation_error"
+    assert error_of(too_long)["details"]["field"] == "timeout_s"
 
 
 async def test_a_truncated_state_file_at_startup_is_kept_aside_and_shown_in_health(
