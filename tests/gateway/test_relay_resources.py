@@ -322,14 +322,13 @@ async def test_every_page_of_the_upstreams_resource_template_and_prompt_lists_is
                         return result, result.prompts
 
                     upstream_pages = [await pages(fetch) for fetch in (resources, templates, prompts)]
-                got = [
-                    await client.list_resources(),
-                    await client.list_resource_templates(),
-                    await client.list_prompts(),
-                ]
+                listed_resources = await client.list_resources()
+                listed_templates = await client.list_resource_templates()
+                listed_prompts = await client.list_prompts()
+    got = (listed_resources, listed_templates, listed_prompts)
     merged = [
         [item.model_dump(by_alias=True, exclude_none=True, mode="json") for item in items]
-        for items in (got[0].resources, got[1].resource_templates, got[2].prompts)
+        for items in (listed_resources.resources, listed_templates.resource_templates, listed_prompts.prompts)
     ]
     assert [len(p) for p in upstream_pages] == [3, 3, 3]  # the upstream really answers one item per page
     assert all(len(one) == 1 for p in upstream_pages for one in p)

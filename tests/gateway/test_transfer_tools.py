@@ -4,6 +4,7 @@ leave no process behind, audit facts, and the demo's zero-setup local root."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import shutil
@@ -275,7 +276,7 @@ async def test_progress_notifications_reach_a_real_mcp_client_at_most_once_per_i
     assert 0 < seen[1][0] < SIZE  # a mid-transfer update, parsed from rsync's own progress
     # rate-limited: rsync prints a burst of lines as it finishes, yet the updates parsed from its output come
     # at least an interval apart (less a margin for delivery); the last is the completion report, sent as is
-    gaps = [b - a for a, b in zip(times[:-1], times[1:-1], strict=False)]
+    gaps = [b - a for a, b in itertools.pairwise(times[:-1])]
     assert gaps, times
     assert min(gaps) >= interval * 0.7, gaps
     assert len(seen) <= elapsed / interval + 2
