@@ -40,9 +40,9 @@ class SurfaceFault(FaultServer):
 
 
 @asynccontextmanager
-async def surface_fault(state_dir: Path) -> AsyncIterator[SurfaceFault]:
+async def surface_fault(state_dir: Path, page_size: int = 4) -> AsyncIterator[SurfaceFault]:
     await anyio.Path(state_dir).mkdir()
-    server = SurfaceFault(state_dir, free_port())
+    server = SurfaceFault(state_dir, free_port(), page_size)
     await server.start()
     try:
         yield server
@@ -58,7 +58,12 @@ class Notices:
         self._arrived = anyio.Event()
 
     async def __call__(self, message: IncomingMessage) -> None:
-        if isinstance(message, (types.ResourceUpdatedNotification, types.PromptListChangedNotification)):
+        kinds = (
+            types.ResourceUpdatedNotification,
+            types.PromptListChangedNotification,
+            types.ResourceListChangedNotification,
+        )
+        if isinstance(message, kinds):
             self.received.append(message)
             self._arrived.set()
             self._arrived = anyio.Event()
@@ -276,3 +281,98 @@ async def test_without_the_upstream_toolset_the_relayed_surface_is_not_served_an
     assert (capabilities.resources, capabilities.prompts) == (None, None)
     assert codes == [-32601] * 4
     assert fault.counts() == {}
+
+
+async def pages(fetch: Any) -> list[list[dict[str, Any]]]:
+    """Every page of one list as a direct client sees it (``fetch(cursor)`` → result, items)."""
+    out: list[list[dict[str, Any]]] = []
+    cursor: str | None = None
+    while True:
+        result, items = await fetch(cursor)
+        out.append([item.model_dump(by_alias=True, exclude_none=True, mode="json") for item in items])
+        cursor = result.next_cursor
+        if cursor is None:
+            return out
+
+
+@pytest.mark.slow  # one item per page: the tool list alone is 15 pages
+async def test_every_page_of_the_upstreams_resource_template_and_prompt_lists_is_merged_in_order(
+    tmp_path: Path,
+) -> None:
+    async with surface_fault(tmp_path / "fault", page_size=1) as fault:
+        notices = Notices()
+        settings: dict[str, Any] = {"upstreams": [{"connection": connection(fault, first_list_wait_s=20)}]}
+        async with serve_gateway(tmp_path, notices, **settings) as (client, _):  # type: ignore[arg-type]
+            with anyio.fail_after(30):
+                for name in ("one", "two"):  # three resources and three prompts: three pages each
+                    await client.call_tool("add_resource", {"name": name})
+                    await client.call_tool("add_prompt", {"name": f"p-{name}"})
+                async with Client(fault.url, mode="legacy", cache=None) as direct:
+
+                    async def resources(cursor: str | None) -> Any:
+                        result = await direct.list_resources(cursor=cursor)
+                        return result, result.resources
+
+                    async def templates(cursor: str | None) -> Any:
+                        result = await direct.list_resource_templates(cursor=cursor)
+                        return result, result.resource_templates
+
+                    async def prompts(cursor: str | None) -> Any:
+                        result = await direct.list_prompts(cursor=cursor)
+                        return result, result.prompts
+
+                    upstream_pages = [await pages(fetch) for fetch in (resources, templates, prompts)]
+                listed_resources = await client.list_resources()
+                listed_templates = await client.list_resource_templates()
+                listed_prompts = await client.list_prompts()
+    got = (listed_resources, listed_templates, listed_prompts)
+    merged = [
+        [item.model_dump(by_alias=True, exclude_none=True, mode="json") for item in items]
+        for items in (listed_resources.resources, listed_templates.resource_templates, listed_prompts.prompts)
+    ]
+    assert [len(p) for p in upstream_pages] == [3, 3, 3]  # the upstream really answers one item per page
+    assert all(len(one) == 1 for p in upstream_pages for one in p)
+    assert merged == [[item for one in p for item in one] for p in upstream_pages]  # all pages, in order
+    assert [r["uri"] for r in merged[0]] == ["fault://static", "fault://added/one", "fault://added/two"]
+    assert [result.next_cursor for result in got] == [None, None, None]  # the gateway serves one page
+
+
+async def test_an_upstreams_resources_list_changed_reaches_the_client_and_the_next_list_is_fresh(
+    tmp_path: Path,
+) -> None:
+    async with surface_fault(tmp_path / "fault") as fault:
+        notices = Notices()
+        settings: dict[str, Any] = {"upstreams": [{"connection": connection(fault, first_list_wait_s=20)}]}
+        async with serve_gateway(tmp_path, notices, **settings) as (client, _):  # type: ignore[arg-type]
+            with anyio.fail_after(30):
+                before = [str(r.uri) for r in (await client.list_resources()).resources]
+                await client.call_tool("add_resource", {"name": "late"})
+                changed = await notices.wait_for(types.ResourceListChangedNotification)
+                after = [str(r.uri) for r in (await client.list_resources()).resources]
+                read = await client.read_resource("fault://added/late")
+    assert changed.method == "notifications/resources/list_changed"
+    assert before == ["fault://static"]
+    assert after == ["fault://static", "fault://added/late"]
+    assert text(read) == "added fault://added/late"
+
+
+async def test_completion_of_a_resource_template_argument_is_relayed_and_a_filtered_template_is_refused(
+    tmp_path: Path, fault: FaultServer
+) -> None:
+    upstream = {"connection": connection(fault, first_list_wait_s=20), "exclude": ["fault://slow/{call_id}"]}
+    async with serve_gateway(tmp_path, upstreams=[upstream]) as (client, _):
+        with anyio.fail_after(30):
+            served = await client.complete(
+                types.ResourceTemplateReference(type="ref/resource", uri="fault://count/{call_id}"),
+                {"name": "call_id", "value": "count-b"},
+            )
+            refused: list[int] = []
+            for uri in ("fault://slow/{call_id}", "fault://nothing/{x}"):  # filtered, unknown
+                with pytest.raises(MCPError) as caught:
+                    await client.complete(
+                        types.ResourceTemplateReference(type="ref/resource", uri=uri),
+                        {"name": "call_id", "value": ""},
+                    )
+                refused.append(caught.value.error.code)
+    assert served.completion.values == ["count-beta"]  # the upstream saw the template's own reference
+    assert refused == [types.INVALID_PARAMS] * 2  # filtered looks like unknown

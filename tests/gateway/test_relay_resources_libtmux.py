@@ -9,7 +9,9 @@ record; an excluded template is neither listed nor readable; with the upstream k
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import signal
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -114,10 +116,11 @@ async def test_templates_prompts_a_read_and_a_prompt_through_the_gateway_equal_t
     assert reads[0]["duration_ms"] >= 0
 
 
+@pytest.mark.parametrize("transport", ["stdio", "http"])
 async def test_an_excluded_template_is_neither_listed_nor_readable_and_the_refusal_is_audited(
-    tmp_path: Path,
+    tmp_path: Path, transport: str
 ) -> None:
-    async with libtmux_upstream("stdio") as (conn, _):
+    async with libtmux_upstream(transport) as (conn, _):
         upstream = {"connection": conn, "exclude": [CONTENT_TEMPLATE, "diagnose_failing_pane"]}
         async with serve_gateway(tmp_path, upstreams=[upstream]) as (client, rt):
             with anyio.fail_after(60):
@@ -154,35 +157,66 @@ async def test_an_excluded_template_is_neither_listed_nor_readable_and_the_refus
     ]
 
 
+async def until_not_connected(client: Client) -> None:
+    """Poll gateway_health until the gateway has seen its stdio upstream go (the caller bounds it): a read
+    written to the dead process's pipe before that is lost in flight (ambiguous), not refused."""
+    while (await upstream_health(client, "tmux"))["state"] == "connected":  # noqa: ASYNC110 - health, polled
+        await anyio.sleep(0.05)
+
+
+# Over stdio, sh records its PID (exec keeps it: it is libtmux-mcp's) and refuses to start again once the
+# stop file exists, so the upstream the gateway replaces after the kill stays down.
+_STOPPABLE = 'if [ -e "$1" ]; then exit 1; fi; echo $$ > "$2"; exec "$3"'
+
+
+@asynccontextmanager
+async def killable_libtmux(
+    transport: str, socket: str, work: Path
+) -> AsyncIterator[tuple[dict[str, Any], Any]]:
+    """libtmux-mcp on ``socket`` as the gateway's upstream: its connection, and a function that kills it
+    for good."""
+    common = {"name": "tmux", "connect_timeout_s": 30, "first_list_wait_s": 30, "call_wait_s": 1}
+    if transport == "stdio":
+        stop, pid_file = work / "stop", work / "upstream.pid"
+        command = ["/bin/sh", "-c", _STOPPABLE, "sh", str(stop), str(pid_file), *libtmux.stdio_command()]
+
+        def kill_stdio() -> None:
+            stop.touch()
+            os.kill(int(pid_file.read_text()), signal.SIGKILL)  # the gateway's child; it reaps it
+
+        env = libtmux.libtmux_env(socket)
+        yield {**common, "transport": "stdio", "command": command, "env": env}, kill_stdio
+        return
+    port = free_port()
+    proc = libtmux.spawn_http(socket, port)
+    try:
+        await wait_for_port(port, proc, ceiling_s=libtmux.READY_S)
+        yield {**common, "transport": "http", "url": libtmux.http_url(port)}, lambda: stop_process(proc)
+    finally:
+        stop_process(proc)
+
+
+@pytest.mark.parametrize("transport", ["stdio", "http"])
 async def test_with_the_upstream_killed_a_read_is_upstream_unavailable_and_own_tools_keep_answering(
-    tmp_path: Path,
+    tmp_path: Path, transport: str
 ) -> None:
     with libtmux.tmux_socket("gw-surface-kill", session="s1") as socket:
-        port = free_port()
-        proc = libtmux.spawn_http(socket, port)
-        try:
-            await wait_for_port(port, proc, ceiling_s=libtmux.READY_S)
-            conn = {
-                "name": "tmux",
-                "transport": "http",
-                "url": libtmux.http_url(port),
-                "connect_timeout_s": 30,
-                "first_list_wait_s": 30,
-                "call_wait_s": 1,
-            }
-            async with serve_gateway(tmp_path, upstreams=[{"connection": conn}]) as (client, rt):
-                with anyio.fail_after(60):
-                    before = await client.read_resource("tmux://sessions")
-                    stop_process(proc)
-                    with pytest.raises(MCPError) as lost:
-                        await client.read_resource("tmux://sessions")
-                    with pytest.raises(MCPError) as lost_prompt:
-                        await client.get_prompt("run_and_wait", PROMPT_ARGS)
-                    own = await health(client)
-                    templates = (await client.list_resource_templates()).resource_templates
-                records = audit_records(rt.settings.state_dir)
-        finally:
-            stop_process(proc)
+        async with (
+            killable_libtmux(transport, socket, tmp_path) as (conn, kill),
+            serve_gateway(tmp_path, upstreams=[{"connection": conn}]) as (client, rt),
+        ):
+            with anyio.fail_after(60):
+                before = await client.read_resource("tmux://sessions")
+                kill()
+                if transport == "stdio":  # over HTTP the next read is refused at connect: nothing sent
+                    await until_not_connected(client)
+                with pytest.raises(MCPError) as lost:
+                    await client.read_resource("tmux://sessions")
+                with pytest.raises(MCPError) as lost_prompt:
+                    await client.get_prompt("run_and_wait", PROMPT_ARGS)
+                own = await health(client)
+                templates = (await client.list_resource_templates()).resource_templates
+            records = audit_records(rt.settings.state_dir)
     assert before.contents
     for error in (lost.value.error, lost_prompt.value.error):
         assert error.code == -32603

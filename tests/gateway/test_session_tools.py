@@ -20,6 +20,8 @@ import pytest
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
+from remoteops import StateStore
+from remoteops._sessions import SESSIONS, session_key
 from tests.fixtures.gateway_proc import GatewayProcess, run_gateway
 from tests.fixtures.node_tools import INSPECTOR, InstalledTool, ensure_tool
 from tests.fixtures.sshd import SshdInstance
@@ -274,3 +276,31 @@ async def test_a_session_survives_kill_9_of_the_gateway_with_its_scrollback_and_
     for path in (tmp_path / "state").rglob("*"):
         if await anyio.Path(path).is_file():
             assert secret.encode() not in await anyio.Path(path).read_bytes(), path
+
+
+async def test_a_stale_record_of_another_tmux_session_is_replaced_by_adopting_the_live_one_through_mcp(
+    gateway_client: ClientFactory, sshd: SshdInstance, root: Path
+) -> None:
+    args = {"target": "plain", "name": "ops"}
+    async with gateway_client(**_config(sshd, root)) as (client, rt):
+        with anyio.fail_after(60):
+            made = ok(await client.call_tool("session_ensure", args))
+        state_dir = rt.settings.state_dir
+    store = StateStore(state_dir)
+    store.open_sync()
+    key = session_key("plain", "ops")
+    live = store.get_sync(SESSIONS, key)
+    assert live is not None
+    stale = live.model_copy(update={"tmux_id": "$" + str(int(live.tmux_id[1:]) + 3)})
+    store.put_sync(SESSIONS, key, stale)  # what the state store says no longer names the live session
+    async with gateway_client(**_config(sshd, root)) as (client, _):
+        with anyio.fail_after(60):
+            found = ok(await client.call_tool("session_ensure", args))
+            listed = ok(await client.call_tool("session_list", {}))
+    assert (found["outcome"], found["adopted"]) == ("reattached", True)
+    assert found["tmux_session"] == made["tmux_session"]
+    assert [(s["name"], s["state"]) for s in listed["sessions"]] == [("ops", "alive")]
+    assert tmux_sessions(root) == ["ops"]
+    stored = store.get_sync(SESSIONS, key)
+    assert stored is not None
+    assert stored.tmux_id == live.tmux_id

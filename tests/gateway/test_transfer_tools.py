@@ -4,6 +4,7 @@ leave no process behind, audit facts, and the demo's zero-setup local root."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import shutil
@@ -43,14 +44,30 @@ def remote_dir() -> Iterator[Path]:
         shutil.rmtree(path, ignore_errors=True)
 
 
-def _config(sshd: SshdInstance, local_root: Path | None) -> dict[str, Any]:
+def _config(sshd: SshdInstance, local_root: Path | None, **transfers: Any) -> dict[str, Any]:
     cfg: dict[str, Any] = {
         "transport": {"ssh_config_file": str(sshd.ssh_config), "control_dir": str(sshd.control_dir)},
-        "targets": [{"name": "root", "host": sshd.alias("root")}],
+        "targets": [
+            {"name": "root", "host": sshd.alias("root")},
+            {"name": "nopy", "host": sshd.alias("nopy")},
+        ],
     }
     if local_root is not None:
-        cfg["transfers"] = {"local_roots": [str(local_root)], "min_free_bytes": 0}
+        cfg["transfers"] = {"local_roots": [str(local_root)], "min_free_bytes": 0, **transfers}
     return cfg
+
+
+@pytest.fixture
+def nopy_without_rsync(sshd: SshdInstance) -> Iterator[None]:
+    """For the length of one test, the ro-nopy user's PATH (sshd's ``SetEnv PATH=<workdir>/nopy-bin``, a
+    directory of links to /usr/bin) holds no rsync: a real target whose login cannot find the program."""
+    link = sshd.workdir / "nopy-bin" / "rsync"
+    points_to = link.readlink()
+    link.unlink()
+    try:
+        yield
+    finally:
+        link.symlink_to(points_to)
 
 
 def _err(result: Any) -> dict[str, Any]:
@@ -161,24 +178,87 @@ async def test_local_paths_outside_the_roots_and_bad_checksums_fail_with_their_c
         assert error["code"] == "conflict"  # the local 'f' exists and overwrite is "fail"
 
 
+@pytest.mark.sshd
+@pytest.mark.anyio
+async def test_rsync_missing_on_the_target_is_missing_remote_capability_on_the_remote_side(
+    gateway_client: ClientFactory,
+    sshd: SshdInstance,
+    tmp_path: Path,
+    remote_dir: Path,
+    nopy_without_rsync: None,
+) -> None:
+    root = tmp_path / "root"
+    make_tree(root / "tree")
+    (root / "f").write_bytes(os.urandom(3000))
+    async with gateway_client(**_config(sshd, root)) as (client, _):
+        with anyio.fail_after(60):
+            caps = _ok(await client.call_tool("target_capabilities", {"target": "nopy"}))
+            tree = _err(
+                await client.call_tool(
+                    "remote_upload",
+                    {"target": "nopy", "local_path": "tree", "remote_path": str(remote_dir / "t")},
+                )
+            )
+            forced = _err(
+                await client.call_tool(
+                    "remote_upload",
+                    {
+                        "target": "nopy",
+                        "local_path": "f",
+                        "remote_path": str(remote_dir / "f"),
+                        "method": "rsync",
+                    },
+                )
+            )
+            synced = _err(
+                await client.call_tool(
+                    "remote_sync",
+                    {
+                        "target": "nopy",
+                        "local_path": "tree",
+                        "remote_path": str(remote_dir / "t"),
+                        "direction": "up",
+                    },
+                )
+            )
+            # a single file may go by scp when the request allows it (the default method)
+            plain = _ok(
+                await client.call_tool(
+                    "remote_upload",
+                    {"target": "nopy", "local_path": "f", "remote_path": str(remote_dir / "f")},
+                )
+            )
+    assert caps["tools"]["rsync"] is False
+    for error in (tree, forced, synced):
+        assert error["code"] == "missing_remote_capability"
+        assert (error["details"]["capability"], error["details"]["side"]) == ("rsync", "remote")
+    assert not (remote_dir / "t").exists()
+    assert plain["method"] == "scp"
+    assert (remote_dir / "f").read_bytes() == (root / "f").read_bytes()
+
+
 SIZE = 12 * 1024 * 1024
 
 
 @pytest.mark.sshd
 @pytest.mark.slow
 @pytest.mark.anyio
-async def test_progress_notifications_reach_a_real_mcp_client(
+async def test_progress_notifications_reach_a_real_mcp_client_at_most_once_per_interval(
     gateway_client: ClientFactory, sshd: SshdInstance, tmp_path: Path, remote_dir: Path
 ) -> None:
     root = tmp_path / "root"
     root.mkdir()
     (root / "big").write_bytes(os.urandom(SIZE))
     seen: list[tuple[float, float | None, str | None]] = []
+    times: list[float] = []
 
     async def on_progress(progress: float, total: float | None, message: str | None) -> None:
+        times.append(anyio.current_time())
         seen.append((progress, total, message))
 
-    async with gateway_client(**_config(sshd, root)) as (client, _):
+    interval = 0.5
+    async with gateway_client(**_config(sshd, root, progress_interval_s=interval)) as (client, rt):
+        assert rt.settings.transfers.progress_interval_s == interval
         args = {
             "target": "root",
             "local_path": "big",
@@ -186,12 +266,20 @@ async def test_progress_notifications_reach_a_real_mcp_client(
             "bwlimit_kib_s": 4096,
         }
         with anyio.fail_after(60):
+            started = anyio.current_time()
             _ok(await client.call_tool("remote_upload", args, progress_callback=on_progress))
+            elapsed = anyio.current_time() - started
     assert len(seen) >= 3
     assert [p for p, _, _ in seen] == sorted(p for p, _, _ in seen)
     assert all(total == SIZE for _, total, _ in seen)
     assert seen[-1][0] == SIZE
     assert 0 < seen[1][0] < SIZE  # a mid-transfer update, parsed from rsync's own progress
+    # rate-limited: rsync prints a burst of lines as it finishes, yet the updates parsed from its output come
+    # at least an interval apart (less a margin for delivery); the last is the completion report, sent as is
+    gaps = [b - a for a, b in itertools.pairwise(times[:-1])]
+    assert gaps, times
+    assert min(gaps) >= interval * 0.7, gaps
+    assert len(seen) <= elapsed / interval + 2
 
 
 @pytest.mark.sshd

@@ -279,3 +279,49 @@ async def test_a_non_loopback_bind_needs_operator_configuration(manager_factory:
         with pytest.raises(PolicyDenied) as info:
             await forwards.create(ForwardSpec(target="plain", kind="dynamic", bind_address="0.0.0.0"))  # noqa: S104
         assert info.value.reason == "bind_not_allowed"
+
+
+def _tcp_listeners(port: int) -> set[str]:
+    """The local addresses (hex, as /proc/net/tcp writes them) listening on ``port`` in this namespace."""
+    found = set()
+    for line in Path("/proc/net/tcp").read_text().splitlines()[1:]:
+        local, state = line.split()[1], line.split()[3]
+        address, hex_port = local.split(":")
+        if state == "0A" and int(hex_port, 16) == port:  # 0A: LISTEN
+            found.add(address)
+    return found
+
+
+async def test_a_non_loopback_bind_the_operator_allowed_is_created_and_serves(
+    ops: RemoteOps, settings: object, state_root: Path, http_server: tuple[int, bytes]
+) -> None:
+    from remoteops import TransportSettings
+
+    assert isinstance(settings, TransportSettings)
+    port, body = http_server
+    wildcard = "0.0.0.0"  # noqa: S104 - the code's non-loopback case; the test's traffic stays on loopback
+    allowed = ForwardSettings(allowed_bind_addresses=(wildcard,))
+    store = StateForwardStore(StateStore(state_root))
+    with anyio.fail_after(_LIMIT_S):
+        async with ForwardManager(ops, settings, allowed, store, state_root / "forward-logs") as forwards:
+            spec = ForwardSpec(
+                target="plain", kind="local", bind_address=wildcard, dest_host="127.0.0.1", dest_port=port
+            )
+            fwd = (await forwards.create(spec)).forward
+            try:
+                assert fwd.bind_address == wildcard
+                assert _tcp_listeners(fwd.bind_port) == {"00000000"}  # bound to the wildcard, not loopback
+                async with await anyio.connect_tcp("127.0.0.1", fwd.bind_port) as stream:
+                    reply = await _http_get(stream)
+                assert reply.startswith(b"HTTP/1.0 200")
+                assert reply.endswith(body)
+                status = await forwards.status(fwd.id)
+                assert status.last_health is not None
+                assert [(c.name, c.ok) for c in status.last_health.checks] == [
+                    ("process", True),
+                    ("local_listener", True),  # a wildcard listener is checked on loopback
+                ]
+            finally:
+                closed = await forwards.close(fwd.id)
+    assert closed.outcome == "terminated"
+    assert _tcp_listeners(fwd.bind_port) == set()

@@ -342,3 +342,42 @@ async def test_ensure_send_wait_and_read_work_on_either_carrier(
     assert seen.outcome == "matched"
     assert "on-42\n" in chunk.data
     assert stats["carriers"]["plain"]["carrier"] == carrier
+
+
+@pytest.mark.parametrize("differs", ["tmux_id", "remote_dir"])
+async def test_a_stale_record_of_another_identity_never_kills_the_live_session_it_is_adopted(
+    ops_factory: OpsFactory, settings: TransportSettings, tmp_path: Path, root: Path, differs: str
+) -> None:
+    state = tmp_path / "state"
+    async with ops_factory() as ops:
+        async with running_sessions(ops, state, root, settings) as sessions:
+            with anyio.fail_after(60):
+                made = await sessions.ensure("plain", "work")
+        shell = tmux_as_owner(root, "display-message", "-p", "-t", "=work:", "#{pane_pid}").stdout.strip()
+        # the store now holds a record of the same name with another identity (an older incarnation)
+        store = StateStore(state)
+        store.open_sync()
+        key = session_key("plain", "work")
+        live = store.get_sync(SESSIONS, key)
+        assert live is not None
+        other = {"tmux_id": "$" + str(int(live.tmux_id[1:]) + 7), "remote_dir": live.remote_dir + "0"}
+        store.put_sync(SESSIONS, key, live.model_copy(update={differs: other[differs]}))
+        async with running_sessions(ops, state, root, settings) as again:
+            with anyio.fail_after(60):
+                await again.recovered()  # the stale record is checked on the target: not alive
+                checked, _ = again.list_sessions()
+                found = await again.ensure("plain", "work")
+                listed, _ = again.list_sessions()
+        stored = store.get_sync(SESSIONS, key)
+    assert [s.state for s in checked] == ["exited"]
+    assert (found.outcome, found.adopted) == ("reattached", True)
+    assert found.tmux_session == made.tmux_session
+    assert found.remote_dir == made.remote_dir
+    assert [(s.name, s.state) for s in listed] == [("work", "alive")]
+    assert stored is not None
+    assert (stored.tmux_id, stored.remote_dir) == (live.tmux_id, live.remote_dir)
+    # nothing was killed or recreated: one remote session, the same shell, its directory still there
+    assert tmux_sessions(root) == ["work"]
+    after = tmux_as_owner(root, "display-message", "-p", "-t", "=work:", "#{pane_pid}").stdout.strip()
+    assert after == shell
+    assert await anyio.Path(made.remote_dir).is_dir()

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import anyio
 import mcp_types as types
 import pytest
 
+from tests.fixtures.fault_upstream import BASE_TOOLS, TEMPLATES
+from tests.fixtures.procs import free_port
 from tests.upstream.conftest import FaultServer, StdioFault
 from upstream import Upstream, UpstreamUnavailable
 
@@ -59,3 +63,31 @@ async def test_during_an_outage_lists_are_the_last_known_and_a_read_is_unavailab
     assert [prompt.name for prompt in prompts] == ["greet"]
     assert prompts_during == prompts
     assert "never" not in fault_http.counts()
+
+
+@pytest.mark.parametrize("transport", ["stdio", "http"])
+async def test_every_page_of_a_paginated_template_list_is_fetched_in_order(
+    tmp_path: Path, transport: str
+) -> None:
+    if transport == "http":
+        server = FaultServer(tmp_path, free_port(), page_size=1)  # one template per page
+        await server.start()
+        settings = server.settings()
+    else:
+        stdio = StdioFault(tmp_path)
+        command = [*stdio.settings().command, "--page-size", "1"]
+        settings = stdio.settings(command=command)
+    try:
+        async with Upstream(settings) as up:
+            with anyio.fail_after(20):
+                tools = await up.list_tools()  # connected (the tool list is paginated too)
+                templates = await up.surface.list_resource_templates()
+                read = await up.surface.read_resource("fault://count/paged")
+    finally:
+        if transport == "http":
+            server.stop()
+    assert len(tools) == len(BASE_TOOLS)
+    assert templates is not None
+    assert [t.uri_template for t in templates] == [t.uri_template for t in TEMPLATES]
+    assert len(TEMPLATES) == 3  # three pages
+    assert text(read) == "1"
