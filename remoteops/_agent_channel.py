@@ -28,12 +28,14 @@ import anyio.lowlevel
 from . import _agent_program as proto
 from ._agent_boot import AgentUnavailable, MasterGone, agent_source, boot_command, boot_failure
 from ._agent_exec import KillReport, exec_meta, raw_result
+from ._agent_root import RootBoot, refuse_hello, root_boot, root_boot_failure
 from ._capture import HeadTail
 from ._errors import TransportError, TransportLost
 from ._exec import ExecRequest, RawExec
 from ._master import Master
 from ._models import TargetIdentity
 from ._pool import MasterPool
+from ._privilege_wire import Escalation
 from ._process import supervised_child
 from ._settings import TargetSpec, TransportSettings
 from ._sshargs import SshArgs
@@ -82,9 +84,19 @@ def _exited(pid: int) -> bool:
 
 
 class AgentChannel:
-    def __init__(self, target: TargetSpec, key: str, settings: TransportSettings, pool: MasterPool) -> None:
+    def __init__(
+        self,
+        target: TargetSpec,
+        key: str,
+        settings: TransportSettings,
+        pool: MasterPool,
+        escalation: Escalation | None = None,
+    ) -> None:
         self.target = target
         self.key = key
+        # a root agent (``_agent_root``): started through this provider, proved uid 0 in its HELLO
+        self.root: RootBoot | None = None if escalation is None else root_boot(escalation)
+        self.provider: str | None = None if escalation is None else escalation.provider
         self._settings = settings
         self._pool = pool
         self._args = SshArgs(settings)
@@ -130,6 +142,12 @@ class AgentChannel:
         return False
 
     @property
+    def uid(self) -> int | None:
+        """The agent's effective uid on the target, as its HELLO reported it."""
+        uid = self.info.get("uid")
+        return uid if isinstance(uid, int) and not isinstance(uid, bool) else None
+
+    @property
     def pid(self) -> int | None:
         """The agent's pid on the target."""
         pid = self.info.get("pid")
@@ -152,7 +170,7 @@ class AgentChannel:
             self._stopped.set()
 
     async def _session(self, master: Master | None, task_status: anyio.abc.TaskStatus[None]) -> None:
-        remote = boot_command()
+        remote = boot_command() if self.root is None else self.root.command
         if master is None:
             argv = self._args.oneshot(self.target, remote)
         else:
@@ -168,9 +186,16 @@ class AgentChannel:
                 hello = await self._boot(proc, reader)
             except AgentUnavailable as exc:
                 hello, failure = None, exc
+            refused = None
+            if hello is not None and self.provider is not None:
+                refused = refuse_hello(hello, target=self.target.name, provider=self.provider)
             if hello is None:
                 if failure is None:
                     failure = await self._boot_failure(proc, master)
+                tg.cancel_scope.cancel()
+            elif refused is not None:  # not uid 0: never used, ended at once
+                failure = refused
+                await self._goodbye(proc)
                 tg.cancel_scope.cancel()
             else:
                 self.info = hello
@@ -213,10 +238,14 @@ class AgentChannel:
         with anyio.move_on_after(_CLOSE_WAIT_S):
             await proc.wait()
             await self._stderr_done.wait()
-        stderr = self.stderr.tail.decode(errors="replace").strip()
-        failure = boot_failure(
-            proc.returncode, stderr, target=self.target.name, via_master=master is not None
-        )
+        via_master = master is not None
+        if self.root is not None:
+            failure = root_boot_failure(
+                self.root, proc.returncode, self.stderr.tail, target=self.target.name, via_master=via_master
+            )
+        else:
+            stderr = self.stderr.tail.decode(errors="replace").strip()
+            failure = boot_failure(proc.returncode, stderr, target=self.target.name, via_master=via_master)
         if isinstance(failure, MasterGone) and master is not None:
             await self._pool.invalidate(master)
         return failure

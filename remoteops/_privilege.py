@@ -135,6 +135,7 @@ class Escalator:
             docker_image=s.docker_image,
             docker_run_args=s.docker_run_args,
             wait_s=s.prompt_timeout_s,
+            agent=s.agent,
         )
 
     async def run(

@@ -39,6 +39,7 @@ class Escalation:
     docker_image: str | None = None
     docker_run_args: tuple[str, ...] = ()
     wait_s: float = 15.0  # for the prompt, then for the verdict (plus the connect timeout)
+    agent: bool = False  # may be carried by a root agent started through this provider (``_agent_root``)
     prompt: str = field(default_factory=lambda: f"[rog-sudo-{secrets.token_hex(6)}]")
 
     @property
