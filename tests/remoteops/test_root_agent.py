@@ -119,7 +119,9 @@ async def test_five_root_commands_run_as_uid_0_on_one_root_agent_started_through
     assert user.privilege is None
 
 
-async def test_the_user_agent_of_a_sudo_user_stays_uid_not_0_beside_the_root_agent(sshd: SshdInstance) -> None:
+async def test_the_user_agent_of_a_sudo_user_stays_uid_not_0_beside_the_root_agent(
+    sshd: SshdInstance,
+) -> None:
     async with _ops(sshd, agent=True) as ops:
         with anyio.fail_after(60):
             before = await ops.run("sudo", ["id", "-u"])
@@ -250,7 +252,9 @@ async def test_a_root_agent_through_a_provider_that_does_not_give_uid_0_is_never
     sshd: SshdInstance,
 ) -> None:
     """``direct_root`` forced on a non-root login: the boot prelude's ``id -u`` proof refuses it."""
-    settings = TransportSettings(ssh_config_file=sshd.ssh_config, control_dir=sshd.control_dir, carrier="agent")
+    settings = TransportSettings(
+        ssh_config_file=sshd.ssh_config, control_dir=sshd.control_dir, carrier="agent"
+    )
     spec = TargetSpec(name="plain", host=sshd.alias("plain"))
     request = ExecRequest(
         argv=("id", "-u"), time_limit_s=10, escalation=Escalation(provider="direct_root", agent=True)
