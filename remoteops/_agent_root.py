@@ -35,7 +35,7 @@ from ._sshexec import _escalation_failure
 
 __all__ = ["AGENT_PROVIDERS", "RootBoot", "refuse_hello", "root_boot", "root_boot_failure"]
 
-AGENT_PROVIDERS: frozenset[str] = frozenset({"direct_root", "sudo_nopasswd"})
+AGENT_PROVIDERS: frozenset[str] = frozenset({"direct_root", "sudo_nopasswd", "docker_host_root"})
 
 _PRELUDE = r"""[ "$(id -u)" = 0 ] || { printf '\036ROG%sU\n' "$1" >&2; exit 125; }
 printf '\036ROG%sS\n' "$1" >&2

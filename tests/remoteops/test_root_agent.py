@@ -34,11 +34,13 @@ from remoteops._resolve import IdentityResolver
 from remoteops._sshexec import SshProcessCarrier
 from tests.fixtures.procs import processes_mentioning
 from tests.fixtures.sshd import SshdInstance
+from tests.remoteops import test_privilege_docker as docker_test
 from tests.remoteops.conftest import wait_for_line
 
 pytestmark = [pytest.mark.anyio, pytest.mark.sshd]
 
 ID_AND_PARENT = ["sh", "-c", 'id -u; echo "$PPID"']
+engine = docker_test.engine  # the real container engine (or the skip saying why none runs here)
 
 
 def _ops(sshd: SshdInstance, *, transport: dict[str, Any] | None = None, **privilege: Any) -> RemoteOps:
@@ -276,3 +278,30 @@ async def test_a_root_agent_through_a_provider_that_does_not_give_uid_0_is_never
     assert info.value.provider == "direct_root"
     assert state.root_agent_pid is None
     assert state.root_channels_started == 0
+
+
+@pytest.mark.slow
+async def test_docker_host_root_starts_a_root_agent_in_a_privileged_host_pid_container(
+    sshd: SshdInstance, engine: tuple[str, tuple[str, ...]]
+) -> None:
+    binary, options = engine
+    privilege = {
+        "providers": ("docker_host_root",),
+        "docker_image": docker_test.IMAGE,
+        "docker_binary": binary,
+        "docker_run_args": options,
+    }
+    async with _ops(sshd, agent=True, **privilege) as ops:
+        with anyio.fail_after(120):
+            results = [await ops.run("root", ID_AND_PARENT, privilege="root") for _ in range(3)]
+            root_agent = _root_pid(ops, "root")
+            root_euid = _euid(root_agent)
+            state = ops.stats().carriers["root"]
+    await wait_gone(root_agent)
+    assert [r.stdout for r in results] == [f"0\n{root_agent}\n"] * 3  # host pids: --pid=host
+    assert root_euid == 0
+    assert state.root_channels_started == 1
+    for result in results:
+        assert result.privilege is not None
+        assert result.privilege.provider == "docker_host_root"
+    assert not _runs(root_agent)
