@@ -16,9 +16,10 @@ failure), are replaced when they die or when the target's ``ssh -G`` identity ch
 connect failures come from the same pool and classification as the ssh carrier.
 
 Privileged requests (``request.escalation``) go over ssh behind their provider, unless the operator enabled
-the root agent (``PrivilegeSettings.agent``) and the provider needs no password: then a separate per-target
-root agent channel, started through that provider and proved uid 0 (``_agent_root``), carries them, with
-the same lazy start, single flight, idle close, replacement and ``aclose`` as the user channels.
+the root agent (``PrivilegeSettings.agent``): then a separate per-target root agent channel, started through
+that provider (a password provider's password entered once, at its boot) and proved uid 0
+(``_agent_root``), carries them, with the same lazy start, single flight, idle close, replacement and
+``aclose`` as the user channels.
 """
 
 from __future__ import annotations
@@ -32,13 +33,12 @@ import anyio.abc
 from ._agent_boot import AgentUnavailable, MasterGone
 from ._agent_channel import AgentChannel, AgentRefused, ChannelGone
 from ._agent_exec import KillReport
-from ._agent_root import AGENT_PROVIDERS
 from ._errors import CommandTimeout, ConnectError, MissingCapability, RemoteOpsError
 from ._exec import CarrierName, ExecRequest, RawExec
 from ._models import CarrierState, TargetIdentity
 from ._pool import MasterPool
 from ._privilege_errors import PrivilegeError
-from ._privilege_wire import Escalation
+from ._privilege_wire import Escalation, OneTimeSecret
 from ._settings import CarrierMode, TargetSpec, TransportSettings
 from ._sshexec import SshProcessCarrier
 
@@ -162,7 +162,6 @@ class AgentCarrier:
     def _root_agent_for(self, target: TargetSpec, escalation: Escalation) -> bool:
         return (
             escalation.agent
-            and escalation.provider in AGENT_PROVIDERS
             and self.mode(target) != "ssh"
             and target.name not in self._fallback
             and target.name not in self._root_fallback
@@ -177,7 +176,7 @@ class AgentCarrier:
         name = target.name
         for _attempt in range(_FRESH_CHANNEL_TRIES):
             try:
-                channel = await self._channel(target, identity, escalation)
+                channel = await self._channel(target, identity, escalation, request.secret)
             except AgentUnavailable as exc:  # python cannot run as root there: this target's root uses ssh
                 if self.mode(target) == "agent":
                     raise MissingCapability(
@@ -327,8 +326,17 @@ class AgentCarrier:
             remote_killed=kill.confirmed,
         )
 
+    def live_root(self, name: str) -> str | None:
+        """The provider of the target's live root agent (it serves root commands without a new password)."""
+        channel = self._root.get(name)
+        return channel.provider if channel is not None and channel.usable else None
+
     async def _channel(
-        self, target: TargetSpec, identity: TargetIdentity, escalation: Escalation | None = None
+        self,
+        target: TargetSpec,
+        identity: TargetIdentity,
+        escalation: Escalation | None = None,
+        secret: OneTimeSecret | None = None,
     ) -> AgentChannel:
         """The target's live user channel (or, with ``escalation``, its root channel through that
         provider), started when there is none."""
@@ -359,9 +367,17 @@ class AgentCarrier:
             failure = self._failures.get(slot)
             if failure is not None and failure[0] >= asked:
                 raise failure[1]
+            if escalation is not None and escalation.needs_password and (secret is None or secret.used):
+                raise PrivilegeError(  # the live root agent it was meant for ended just now
+                    f"the root agent through {escalation.provider} on {name} ended before this command was "
+                    "sent; nothing ran, and the next call asks for the password again",
+                    target=name,
+                    reason="refused",
+                    provider=escalation.provider,
+                )
             await self._make_room(key)
             for _attempt in range(2):
-                channel = AgentChannel(target, key, self._settings, self._pool, escalation)
+                channel = AgentChannel(target, key, self._settings, self._pool, escalation, secret)
                 try:
                     await self._tg.start(channel.run, identity)
                 except MasterGone:

@@ -35,7 +35,7 @@ from ._exec import ExecRequest, RawExec
 from ._master import Master
 from ._models import TargetIdentity
 from ._pool import MasterPool
-from ._privilege_wire import Escalation
+from ._privilege_wire import AuthWatch, Escalation, OneTimeSecret, enter_password
 from ._process import supervised_child
 from ._settings import TargetSpec, TransportSettings
 from ._sshargs import SshArgs
@@ -91,6 +91,7 @@ class AgentChannel:
         settings: TransportSettings,
         pool: MasterPool,
         escalation: Escalation | None = None,
+        secret: OneTimeSecret | None = None,
     ) -> None:
         self.target = target
         self.key = key
@@ -119,6 +120,17 @@ class AgentChannel:
         self.master: Master | None = None
         self.info: dict[str, Any] = {}
         self.stderr = HeadTail(0, 4096)
+        # a password provider's boot: its prompt seen on stderr, the password entered once, then wiped
+        self._secret = secret
+        self._watch: AuthWatch | None = None
+        if self.root is not None and self.root.escalation.needs_password:
+            self._watch = AuthWatch(
+                0,
+                4096,
+                prompt=self.root.escalation.prompt_bytes,
+                start_marker=self.root.rendered.start_marker,
+            )
+            self.stderr = self._watch
 
     # -- state ------------------------------------------------------------------------------------------
     @property
@@ -216,8 +228,20 @@ class AgentChannel:
             return None
         source, _ = agent_source()
         hello = proto.encode(0, proto.HELLO, {"min": proto.PROTOCOL_MIN, "max": proto.PROTOCOL_MAX})
-        with anyio.move_on_after(self._settings.connect_timeout_s + _BOOT_EXTRA_S):
+        ceiling: float = self._settings.connect_timeout_s + _BOOT_EXTRA_S
+        wait_s: float = self._settings.connect_timeout_s
+        if self._watch is not None and self.root is not None:
+            wait_s += self.root.escalation.wait_s
+            ceiling += 2 * wait_s
+        with anyio.move_on_after(ceiling):
             try:
+                if self._watch is not None:  # the password only after the prompt; the agent after the start
+                    try:
+                        if not await enter_password(proc.stdin, self._watch, self._secret, wait_s=wait_s):
+                            return None
+                    finally:
+                        if self._secret is not None:
+                            self._secret.wipe()
                 await proc.stdin.send(source + hello)
                 while True:
                     for _rid, kind, _flags, meta, _data in reader.feed(
@@ -230,18 +254,24 @@ class AgentChannel:
                             raise AgentUnavailable(message, capability="agent protocol")
             except (anyio.EndOfStream, anyio.BrokenResourceError, anyio.ClosedResourceError, ValueError):
                 return None
-        raise AgentUnavailable(
-            f"the agent did not answer within {self._settings.connect_timeout_s + _BOOT_EXTRA_S:.0f}s"
-        )
+        raise AgentUnavailable(f"the agent did not answer within {ceiling:.0f}s")
 
     async def _boot_failure(self, proc: anyio.abc.Process, master: Master | None) -> BaseException:
+        if proc.stdin is not None:  # nothing more will come (sudo must not wait for another password)
+            with contextlib.suppress(anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
+                await proc.stdin.aclose()
         with anyio.move_on_after(_CLOSE_WAIT_S):
             await proc.wait()
             await self._stderr_done.wait()
         via_master = master is not None
         if self.root is not None:
             failure = root_boot_failure(
-                self.root, proc.returncode, self.stderr.tail, target=self.target.name, via_master=via_master
+                self.root,
+                proc.returncode,
+                self.stderr.tail,
+                target=self.target.name,
+                via_master=via_master,
+                watch=self._watch,
             )
         else:
             stderr = self.stderr.tail.decode(errors="replace").strip()

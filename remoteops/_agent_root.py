@@ -17,8 +17,10 @@ before the marker (``sudo: a password is required``) is told apart from a python
 not uid 0 is closed and never carries anything (:func:`refuse_hello`), and every root command checks that
 proof again before it is sent.
 
-Only providers that need no password start a root agent (:data:`AGENT_PROVIDERS`); password providers keep
-the ssh path, where the password is fed after the prompt for each command.
+Behind ``sudo_password`` / ``su_password`` the password is written to the boot's stdin only after the
+provider's prompt was seen on stderr, and the agent only after the prelude's start marker
+(``_privilege_wire.enter_password``, as on the ssh path); it is used once, then wiped. The root agent then
+serves later root commands without asking again until it ends (idle close, gateway close, death).
 """
 
 from __future__ import annotations
@@ -29,13 +31,11 @@ from typing import Any
 
 from ._agent_boot import LOADER, agent_source, boot_failure
 from ._privilege_errors import PrivilegeError
-from ._privilege_wire import Escalation
+from ._privilege_wire import AuthWatch, Escalation
 from ._render import RenderedCommand, escalation_words, new_nonce
 from ._sshexec import _escalation_failure
 
-__all__ = ["AGENT_PROVIDERS", "RootBoot", "refuse_hello", "root_boot", "root_boot_failure"]
-
-AGENT_PROVIDERS: frozenset[str] = frozenset({"direct_root", "sudo_nopasswd", "docker_host_root"})
+__all__ = ["RootBoot", "refuse_hello", "root_boot", "root_boot_failure"]
 
 _PRELUDE = r"""[ "$(id -u)" = 0 ] || { printf '\036ROG%sU\n' "$1" >&2; exit 125; }
 printf '\036ROG%sS\n' "$1" >&2
@@ -68,21 +68,28 @@ def root_boot(escalation: Escalation, python: str = "python3") -> RootBoot:
 
 
 def root_boot_failure(
-    boot: RootBoot, code: int | None, stderr: bytes, *, target: str, via_master: bool
+    boot: RootBoot,
+    code: int | None,
+    stderr: bytes,
+    *,
+    target: str,
+    via_master: bool,
+    watch: AuthWatch | None = None,
 ) -> BaseException:
     """Why a root agent's session ended before HELLO: ssh's own failure (as for the user agent), the
-    provider refusing (``PrivilegeError``: nothing ran), or python unable to run as root there
-    (``AgentUnavailable``: the command goes over ssh)."""
-    if code == 255 or code is None:
-        return boot_failure(
-            code, stderr.decode(errors="replace").strip(), target=target, via_master=via_master
-        )
+    provider refusing (``PrivilegeError``: wrong password, no prompt, not permitted; nothing ran), or
+    python unable to run as root there (``AgentUnavailable``: the command goes over ssh)."""
     marker = boot.rendered.start_marker
     index = stderr.find(marker)
+    if index < 0 and watch is not None and (watch.password_sent or (watch.stalled and code != 255)):
+        return _escalation_failure(target, boot.escalation, stderr, boot.rendered, watch)
+    if code == 255 or code is None:
+        text = stderr.decode(errors="replace").strip()
+        return boot_failure(code, text, target=target, via_master=via_master)
     if index >= 0:  # root was proved and python was exec'd: why the agent did not come up
         after = stderr[index + len(marker) :].decode(errors="replace").strip()
         return boot_failure(code, after, target=target, via_master=via_master)
-    return _escalation_failure(target, boot.escalation, stderr, boot.rendered, None)
+    return _escalation_failure(target, boot.escalation, stderr, boot.rendered, watch)
 
 
 def refuse_hello(info: dict[str, Any], *, target: str, provider: str) -> PrivilegeError | None:

@@ -236,18 +236,75 @@ class _FixedSecrets:
         return bytearray(self.password.encode())
 
 
-async def test_a_password_provider_keeps_the_ssh_path_with_the_root_agent_enabled(sshd: SshdInstance) -> None:
+# every process's argv and environment on the target, into a file (the whole list: no output cap applies)
+CAPTURE = (
+    'for f in /proc/[0-9]*/cmdline /proc/[0-9]*/environ; do cat "$f"; echo; done >"$1" 2>/dev/null; true'
+)
+
+
+async def test_sudo_password_enters_the_password_once_at_the_root_agents_boot_and_never_shows_it(
+    sshd: SshdInstance, shared_dir: Path
+) -> None:
+    listing = shared_dir / "processes"
     secrets = _FixedSecrets(sshd.pass_password)
     async with _ops(sshd, agent=True, providers=("sudo_password",)) as ops:
-        with anyio.fail_after(60):
-            result = await ops.run("pass", ["id", "-u"], privilege="root", secrets=secrets)
+        with anyio.fail_after(90):
+            first = await ops.run("pass", ID_AND_PARENT, privilege="root", secrets=secrets)
+            root_agent = _root_pid(ops, "pass")
+            fed = await ops.run(
+                "pass", ["sh", "-c", "id -u; cat"], stdin=b"payload-line\n", privilege="root", secrets=secrets
+            )
+            # every process's argv and environment on the target, the root agent's sudo among them
+            argv = ["sh", "-c", CAPTURE, "capture", str(listing)]
+            captured = await ops.run("pass", argv, privilege="root", secrets=secrets)
+            again = await ops.run("pass", ID_AND_PARENT, privilege="root", secrets=secrets)
             state = ops.stats().carriers["pass"]
-    assert result.stdout == "0\n"
-    assert result.privilege is not None
-    assert result.privilege.provider == "sudo_password"
-    assert state.root_carrier == "ssh"
+    assert first.stdout == f"0\n{root_agent}\n"
+    assert again.stdout == f"0\n{root_agent}\n"
+    assert fed.stdout == "0\npayload-line\n"  # the payload after the start, never read as a password
+    assert captured.exit_code == 0
+    processes = listing.read_bytes()
+    assert b"rog-root-agent" in processes  # the root agent's boot command was in the capture
+    assert sshd.pass_password.encode() not in processes
+    assert len(secrets.asked) == 1  # the live root agent serves the later calls without a password
+    assert state.root_carrier == "agent"
+    assert state.root_channels_started == 1
+    for result in (first, fed, captured, again):
+        assert result.privilege is not None
+        assert result.privilege.provider == "sudo_password"
+        assert sshd.pass_password not in result.stdout
+        assert sshd.pass_password not in result.stderr
+        assert "rog-sudo" not in result.stderr  # the prompt is not part of any command's output
+
+
+async def test_su_password_starts_a_root_agent_for_a_user_without_sudo(sshd: SshdInstance) -> None:
+    secrets = _FixedSecrets(sshd.su_password)
+    privilege: dict[str, Any] = {"providers": ("sudo_nopasswd", "su_password"), "su_user": sshd.su_user}
+    async with _ops(sshd, agent=True, **privilege) as ops:
+        with anyio.fail_after(90):
+            results = [
+                await ops.run("plain", ID_AND_PARENT, privilege="root", secrets=secrets) for _ in range(2)
+            ]
+            root_agent = _root_pid(ops, "plain")
+    assert [r.stdout for r in results] == [f"0\n{root_agent}\n"] * 2
+    assert [r.account for r in secrets.asked] == [sshd.su_user]
+    for result in results:
+        assert result.privilege is not None
+        assert result.privilege.provider == "su_password"
+        assert sshd.su_password not in result.stdout + result.stderr
+
+
+async def test_a_wrong_password_starts_no_root_agent_and_is_a_privilege_error(sshd: SshdInstance) -> None:
+    secrets = _FixedSecrets("not-the-password-" + uuid.uuid4().hex)
+    async with _ops(sshd, agent=True, providers=("sudo_password",)) as ops:
+        with anyio.fail_after(90):
+            with pytest.raises(PrivilegeError) as info:
+                await ops.run("pass", ["id", "-u"], privilege="root", secrets=secrets)
+            state = ops.stats().carriers["pass"]
+    assert info.value.reason == "wrong_password"
+    assert secrets.password not in str(info.value)
     assert state.root_agent_pid is None
-    assert len(secrets.asked) == 1
+    assert state.root_channels_started == 0
 
 
 async def test_a_root_agent_through_a_provider_that_does_not_give_uid_0_is_never_started(
