@@ -51,7 +51,8 @@ class PrivilegeSettings(BaseModel):
     prompt_timeout_s: float = Field(default=15, gt=0, le=120)  # wait for sudo/su's prompt and verdict
     agent: bool = False
     """Carry root commands over a per-target root agent started through the chosen provider (one channel
-    for many commands) instead of one ssh process per command. Password providers keep the ssh path."""
+    for many commands) instead of one ssh process per command; a password provider's password is entered
+    once, at the root agent's boot."""
 
 
 class ProviderAttempt(BaseModel):
