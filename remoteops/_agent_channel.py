@@ -28,14 +28,14 @@ import anyio.lowlevel
 from . import _agent_program as proto
 from ._agent_boot import AgentUnavailable, MasterGone, agent_source, boot_command, boot_failure
 from ._agent_exec import KillReport, exec_meta, raw_result
-from ._agent_root import RootBoot, refuse_hello, root_boot, root_boot_failure
+from ._agent_root import RootStart
 from ._capture import HeadTail
 from ._errors import TransportError, TransportLost
 from ._exec import ExecRequest, RawExec
 from ._master import Master
 from ._models import TargetIdentity
 from ._pool import MasterPool
-from ._privilege_wire import AuthWatch, Escalation, OneTimeSecret, enter_password
+from ._privilege_wire import Escalation, OneTimeSecret
 from ._process import supervised_child
 from ._settings import TargetSpec, TransportSettings
 from ._sshargs import SshArgs
@@ -96,8 +96,8 @@ class AgentChannel:
         self.target = target
         self.key = key
         # a root agent (``_agent_root``): started through this provider, proved uid 0 in its HELLO
-        self.root: RootBoot | None = None if escalation is None else root_boot(escalation)
-        self.provider: str | None = None if escalation is None else escalation.provider
+        self.root = None if escalation is None else RootStart(escalation, secret)
+        self.provider = None if self.root is None else self.root.provider
         self._settings = settings
         self._pool = pool
         self._args = SshArgs(settings)
@@ -120,17 +120,8 @@ class AgentChannel:
         self.master: Master | None = None
         self.info: dict[str, Any] = {}
         self.stderr = HeadTail(0, 4096)
-        # a password provider's boot: its prompt seen on stderr, the password entered once, then wiped
-        self._secret = secret
-        self._watch: AuthWatch | None = None
-        if self.root is not None and self.root.escalation.needs_password:
-            self._watch = AuthWatch(
-                0,
-                4096,
-                prompt=self.root.escalation.prompt_bytes,
-                start_marker=self.root.rendered.start_marker,
-            )
-            self.stderr = self._watch
+        if self.root is not None:  # a password provider's prompt is watched for on stderr
+            self.stderr = self.root.stderr(self.stderr)
 
     # -- state ------------------------------------------------------------------------------------------
     @property
@@ -182,7 +173,7 @@ class AgentChannel:
             self._stopped.set()
 
     async def _session(self, master: Master | None, task_status: anyio.abc.TaskStatus[None]) -> None:
-        remote = boot_command() if self.root is None else self.root.command
+        remote = boot_command() if self.root is None else self.root.boot.command
         if master is None:
             argv = self._args.oneshot(self.target, remote)
         else:
@@ -199,8 +190,8 @@ class AgentChannel:
             except AgentUnavailable as exc:
                 hello, failure = None, exc
             refused = None
-            if hello is not None and self.provider is not None:
-                refused = refuse_hello(hello, target=self.target.name, provider=self.provider)
+            if hello is not None and self.root is not None:
+                refused = self.root.refused(hello, target=self.target.name)
             if hello is None:
                 if failure is None:
                     failure = await self._boot_failure(proc, master)
@@ -228,20 +219,13 @@ class AgentChannel:
             return None
         source, _ = agent_source()
         hello = proto.encode(0, proto.HELLO, {"min": proto.PROTOCOL_MIN, "max": proto.PROTOCOL_MAX})
-        ceiling: float = self._settings.connect_timeout_s + _BOOT_EXTRA_S
-        wait_s: float = self._settings.connect_timeout_s
-        if self._watch is not None and self.root is not None:
-            wait_s += self.root.escalation.wait_s
-            ceiling += 2 * wait_s
+        wait_s = 0.0 if self.root is None else self.root.wait_s(self._settings.connect_timeout_s)
+        ceiling = self._settings.connect_timeout_s + _BOOT_EXTRA_S + 2 * wait_s
         with anyio.move_on_after(ceiling):
             try:
-                if self._watch is not None:  # the password only after the prompt; the agent after the start
-                    try:
-                        if not await enter_password(proc.stdin, self._watch, self._secret, wait_s=wait_s):
-                            return None
-                    finally:
-                        if self._secret is not None:
-                            self._secret.wipe()
+                # a password provider: the password only after its prompt, the agent only after the start
+                if self.root is not None and not await self.root.enter(proc.stdin, wait_s):
+                    return None
                 await proc.stdin.send(source + hello)
                 while True:
                     for _rid, kind, _flags, meta, _data in reader.feed(
@@ -265,13 +249,8 @@ class AgentChannel:
             await self._stderr_done.wait()
         via_master = master is not None
         if self.root is not None:
-            failure = root_boot_failure(
-                self.root,
-                proc.returncode,
-                self.stderr.tail,
-                target=self.target.name,
-                via_master=via_master,
-                watch=self._watch,
+            failure = self.root.failure(
+                proc.returncode, self.stderr.tail, target=self.target.name, via_master=via_master
             )
         else:
             stderr = self.stderr.tail.decode(errors="replace").strip()

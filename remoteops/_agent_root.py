@@ -29,13 +29,16 @@ import shlex
 from dataclasses import dataclass
 from typing import Any
 
+import anyio.abc
+
 from ._agent_boot import LOADER, agent_source, boot_failure
+from ._capture import HeadTail
 from ._privilege_errors import PrivilegeError
-from ._privilege_wire import AuthWatch, Escalation
+from ._privilege_wire import AuthWatch, Escalation, OneTimeSecret, enter_password
 from ._render import RenderedCommand, escalation_words, new_nonce
 from ._sshexec import _escalation_failure
 
-__all__ = ["RootBoot", "refuse_hello", "root_boot", "root_boot_failure"]
+__all__ = ["RootBoot", "RootStart", "refuse_hello", "root_boot", "root_boot_failure"]
 
 _PRELUDE = r"""[ "$(id -u)" = 0 ] || { printf '\036ROG%sU\n' "$1" >&2; exit 125; }
 printf '\036ROG%sS\n' "$1" >&2
@@ -103,3 +106,43 @@ def refuse_hello(info: dict[str, Any], *, target: str, provider: str) -> Privile
         reason="not_root",
         provider=provider,
     )
+
+
+class RootStart:
+    """What one root agent channel's start needs: its boot command, and for a password provider the stderr
+    watch that sees the prompt and the start marker, and the one-time secret (wiped after the boot)."""
+
+    def __init__(self, escalation: Escalation, secret: OneTimeSecret | None) -> None:
+        self.boot = root_boot(escalation)
+        self.provider: str = escalation.provider
+        self.watch: AuthWatch | None = None
+        self._secret = secret
+        if escalation.needs_password:
+            self.watch = AuthWatch(
+                0, 4096, prompt=escalation.prompt_bytes, start_marker=self.boot.rendered.start_marker
+            )
+
+    def stderr(self, default: HeadTail) -> HeadTail:
+        return default if self.watch is None else self.watch
+
+    def wait_s(self, connect_timeout_s: float) -> float:
+        """How long the password entry may wait for the prompt, then again for the verdict (0: none)."""
+        return 0.0 if self.watch is None else connect_timeout_s + self.boot.escalation.wait_s
+
+    async def enter(self, stream: anyio.abc.ByteSendStream, wait_s: float) -> bool:
+        """Before the agent is sent: the password after the prompt; True once the prelude started."""
+        if self.watch is None:
+            return True
+        try:
+            return await enter_password(stream, self.watch, self._secret, wait_s=wait_s)
+        finally:
+            if self._secret is not None:
+                self._secret.wipe()
+
+    def refused(self, hello: dict[str, Any], *, target: str) -> PrivilegeError | None:
+        return refuse_hello(hello, target=target, provider=self.provider)
+
+    def failure(self, code: int | None, stderr: bytes, *, target: str, via_master: bool) -> BaseException:
+        return root_boot_failure(
+            self.boot, code, stderr, target=target, via_master=via_master, watch=self.watch
+        )
