@@ -14,6 +14,12 @@ Channels start lazily and single-flight (concurrent first callers wait for one s
 failure), are replaced when they die or when the target's ``ssh -G`` identity changes, close themselves after
 ``agent_idle_s`` without requests, and are all closed by :meth:`AgentCarrier.aclose`. Host-key, auth and
 connect failures come from the same pool and classification as the ssh carrier.
+
+Privileged requests (``request.escalation``) go over ssh behind their provider, unless the operator enabled
+the root agent (``PrivilegeSettings.agent``): then a separate per-target root agent channel, started through
+that provider (a password provider's password entered once, at its boot) and proved uid 0
+(``_agent_root``), carries them, with the same lazy start, single flight, idle close, replacement and
+``aclose`` as the user channels.
 """
 
 from __future__ import annotations
@@ -31,6 +37,8 @@ from ._errors import CommandTimeout, ConnectError, MissingCapability, RemoteOpsE
 from ._exec import CarrierName, ExecRequest, RawExec
 from ._models import CarrierState, TargetIdentity
 from ._pool import MasterPool
+from ._privilege_errors import PrivilegeError
+from ._privilege_wire import Escalation, OneTimeSecret
 from ._settings import CarrierMode, TargetSpec, TransportSettings
 from ._sshexec import SshProcessCarrier
 
@@ -38,6 +46,7 @@ __all__ = ["AgentCarrier"]
 
 _LOCAL_GRACE_S = 5.0
 _FRESH_CHANNEL_TRIES = 3
+_ROOT_MIN_SLOTS = 3  # a root agent leaves a slot for ssh calls beside the user agent
 
 
 class AgentCarrier:
@@ -61,6 +70,10 @@ class AgentCarrier:
         self._booting: dict[str, anyio.Event] = {}  # target name -> set when its background boot ended
         self._boot_failed: dict[str, float] = {}
         self._boot_error: dict[str, str] = {}
+        self._root: dict[str, AgentChannel] = {}  # target name -> its root agent channel
+        self._root_started: dict[str, int] = {}
+        self._root_used: dict[str, CarrierName] = {}  # target name -> the carrier of its last root command
+        self._root_fallback: dict[str, str] = {}  # target name -> why its root commands use ssh
 
     # -- choice and state ---------------------------------------------------------------------------
     def mode(self, target: TargetSpec) -> CarrierMode:
@@ -81,6 +94,7 @@ class AgentCarrier:
         reason = self._fallback.get(target.name) or self._boot_error.get(target.name)
         if self.mode(target) == "ssh":
             reason = "carrier = ssh"
+        root = self._root.get(target.name)
         return CarrierState(
             mode=self.mode(target),
             carrier=self.current(target),
@@ -90,17 +104,25 @@ class AgentCarrier:
             agent_python=str(channel.info.get("python")) if channel is not None and alive else None,
             channels_started=self._started.get(target.name, 0),
             requests_in_flight=channel.inflight if channel is not None and alive else 0,
+            root_carrier=self._root_used.get(target.name),
+            root_agent_pid=root.pid if root is not None and root.usable else None,
+            root_channels_started=self._root_started.get(target.name, 0),
         )
 
     def forget(self, name: str) -> None:
         """Let the next command try the agent again (after a fallback to ssh)."""
         self._fallback.pop(name, None)
         self._failures.pop(name, None)
+        self._root_fallback.pop(name, None)
+        self._failures.pop(_root_slot(name), None)
 
     # -- exec ---------------------------------------------------------------------------------------
     async def execute(self, target: TargetSpec, identity: TargetIdentity, request: ExecRequest) -> RawExec:
         mode = self.mode(target)
-        if request.escalation is not None:  # privileged commands are rendered behind their provider
+        if request.escalation is not None:  # privileged: behind its provider, on the root agent if enabled
+            if self._root_agent_for(target, request.escalation):
+                return await self._as_root(target, identity, request, request.escalation)
+            self._root_used[target.name] = "ssh"
             return await self._ssh.execute(target, identity, request)
         if mode == "ssh" or (mode == "auto" and target.name in self._fallback):
             return await self._via_ssh(target, identity, request)
@@ -133,6 +155,54 @@ class AgentCarrier:
         raise ConnectError(
             "the agent channel closed before the request could be sent; nothing ran",
             target=target.name,
+            stage="agent",
+            reason="closed",
+        )
+
+    def _root_agent_for(self, target: TargetSpec, escalation: Escalation) -> bool:
+        return (
+            escalation.agent
+            and self.mode(target) != "ssh"
+            and target.name not in self._fallback
+            and target.name not in self._root_fallback
+            and self._settings.max_channels_per_target >= _ROOT_MIN_SLOTS
+        )
+
+    async def _as_root(
+        self, target: TargetSpec, identity: TargetIdentity, request: ExecRequest, escalation: Escalation
+    ) -> RawExec:
+        """One privileged command on the target's root agent (started through ``escalation``'s provider;
+        a provider that refuses is the same ``PrivilegeError`` as on ssh, so the escalator goes on)."""
+        name = target.name
+        for _attempt in range(_FRESH_CHANNEL_TRIES):
+            try:
+                channel = await self._channel(target, identity, escalation, request.secret)
+            except AgentUnavailable as exc:  # python cannot run as root there: this target's root uses ssh
+                if self.mode(target) == "agent":
+                    raise MissingCapability(
+                        f"the root agent cannot run on this target: {exc.reason}",
+                        target=name,
+                        capability=exc.capability,
+                    ) from None
+                self._root_fallback[name] = exc.reason
+                self._root_used[name] = "ssh"
+                return await self._ssh.execute(target, identity, request)
+            if channel.uid != 0 or channel.provider != escalation.provider:  # proved at boot; never else
+                raise PrivilegeError(
+                    f"the root agent on {name} is not uid 0 through {escalation.provider}; nothing ran",
+                    target=name,
+                    reason="not_root",
+                    provider=escalation.provider,
+                )
+            self._root_used[name] = "agent"
+            self._pool.counters["runs"] += 1
+            try:
+                return await self._on(channel, target, request)
+            except ChannelGone:
+                continue  # nothing of this request was written: a fresh root agent may carry it
+        raise ConnectError(
+            "the root agent channel closed before the request could be sent; nothing ran",
+            target=name,
             stage="agent",
             reason="closed",
         )
@@ -256,36 +326,68 @@ class AgentCarrier:
             remote_killed=kill.confirmed,
         )
 
-    async def _channel(self, target: TargetSpec, identity: TargetIdentity) -> AgentChannel:
+    def live_root(self, name: str) -> str | None:
+        """The provider of the target's live root agent (it serves root commands without a new password)."""
+        channel = self._root.get(name)
+        return channel.provider if channel is not None and channel.usable else None
+
+    async def _channel(
+        self,
+        target: TargetSpec,
+        identity: TargetIdentity,
+        escalation: Escalation | None = None,
+        secret: OneTimeSecret | None = None,
+    ) -> AgentChannel:
+        """The target's live user channel (or, with ``escalation``, its root channel through that
+        provider), started when there is none."""
         key = self._pool.key_for(target, identity)
-        channel = self._channels.get(target.name)
-        if channel is not None and channel.key == key and await channel.healthy():
+        name = target.name
+        provider = None if escalation is None else escalation.provider
+        channels, started = (
+            (self._channels, self._started) if escalation is None else (self._root, self._root_started)
+        )
+        slot = name if escalation is None else _root_slot(name)
+        channel = channels.get(name)
+        if (
+            channel is not None
+            and channel.key == key
+            and channel.provider == provider
+            and await channel.healthy()
+        ):
             return channel
         asked = time.monotonic()
-        lock = self._locks.setdefault(target.name, anyio.Lock())
-        async with lock:  # single flight: one start per target at a time, its failure shared
-            channel = self._channels.get(target.name)
-            if channel is not None and channel.usable and channel.key == key:
+        lock = self._locks.setdefault(slot, anyio.Lock())
+        async with lock:  # single flight: one start per target (and kind) at a time, its failure shared
+            channel = channels.get(name)
+            if channel is not None and channel.usable and channel.key == key and channel.provider == provider:
                 return channel
             if channel is not None:
-                self._channels.pop(target.name, None)
-                await channel.close()  # dead, or the identity changed
-            failure = self._failures.get(target.name)
+                channels.pop(name, None)
+                await channel.close()  # dead, or the identity (or the root provider) changed
+            failure = self._failures.get(slot)
             if failure is not None and failure[0] >= asked:
                 raise failure[1]
+            if escalation is not None and escalation.needs_password and (secret is None or secret.used):
+                raise PrivilegeError(  # the live root agent it was meant for ended just now
+                    f"the root agent through {escalation.provider} on {name} ended before this command was "
+                    "sent; nothing ran, and the next call asks for the password again",
+                    target=name,
+                    reason="refused",
+                    provider=escalation.provider,
+                )
             await self._make_room(key)
             for _attempt in range(2):
-                channel = AgentChannel(target, key, self._settings, self._pool)
+                channel = AgentChannel(target, key, self._settings, self._pool, escalation, secret)
                 try:
                     await self._tg.start(channel.run, identity)
                 except MasterGone:
                     continue  # the master died under us; the pool makes a fresh one
                 except (RemoteOpsError, AgentUnavailable) as exc:
-                    self._failures[target.name] = (time.monotonic(), exc)
+                    self._failures[slot] = (time.monotonic(), exc)
                     raise
-                self._failures.pop(target.name, None)
-                self._channels[target.name] = channel
-                self._started[target.name] = self._started.get(target.name, 0) + 1
+                self._failures.pop(slot, None)
+                channels[name] = channel
+                started[name] = started.get(name, 0) + 1
                 return channel
             raise ConnectError(
                 "the master refused the agent session twice",
@@ -298,19 +400,28 @@ class AgentCarrier:
         """Each channel keeps its master busy, so the pool could never evict it: at ``max_masters`` live
         channels on other masters, close the least recently used idle one first (the pool's LRU then may
         evict its master)."""
-        others = [c for c in self._channels.values() if c.key != key and c.usable]
+        live = (*self._channels.values(), *self._root.values())
+        others = [c for c in live if c.key != key and c.usable]
         if len({c.key for c in others}) < self._settings.max_masters:
             return
         idle = sorted((c for c in others if c.inflight == 0), key=lambda c: c.last_used)
         if idle:
             victim = idle[0]
-            self._channels.pop(victim.target.name, None)
+            for channels in (self._channels, self._root):
+                if channels.get(victim.target.name) is victim:
+                    channels.pop(victim.target.name)
             await victim.close()
 
     async def aclose(self) -> None:
         """Close every channel (their agents kill what they started and exit); shielded and bounded."""
         with anyio.CancelScope(shield=True):
-            channels, self._channels = list(self._channels.values()), {}
+            channels = [*self._channels.values(), *self._root.values()]
+            self._channels, self._root = {}, {}
             async with anyio.create_task_group() as tg:
                 for channel in channels:
                     tg.start_soon(channel.close)
+
+
+def _root_slot(name: str) -> str:
+    """The lock and failure key of a target's root channel (target names hold no NUL)."""
+    return f"{name}\0root"

@@ -28,12 +28,14 @@ import anyio.lowlevel
 from . import _agent_program as proto
 from ._agent_boot import AgentUnavailable, MasterGone, agent_source, boot_command, boot_failure
 from ._agent_exec import KillReport, exec_meta, raw_result
+from ._agent_root import RootStart
 from ._capture import HeadTail
 from ._errors import TransportError, TransportLost
 from ._exec import ExecRequest, RawExec
 from ._master import Master
 from ._models import TargetIdentity
 from ._pool import MasterPool
+from ._privilege_wire import Escalation, OneTimeSecret
 from ._process import supervised_child
 from ._settings import TargetSpec, TransportSettings
 from ._sshargs import SshArgs
@@ -82,9 +84,20 @@ def _exited(pid: int) -> bool:
 
 
 class AgentChannel:
-    def __init__(self, target: TargetSpec, key: str, settings: TransportSettings, pool: MasterPool) -> None:
+    def __init__(
+        self,
+        target: TargetSpec,
+        key: str,
+        settings: TransportSettings,
+        pool: MasterPool,
+        escalation: Escalation | None = None,
+        secret: OneTimeSecret | None = None,
+    ) -> None:
         self.target = target
         self.key = key
+        # a root agent (``_agent_root``): started through this provider, proved uid 0 in its HELLO
+        self.root = None if escalation is None else RootStart(escalation, secret)
+        self.provider = None if self.root is None else self.root.provider
         self._settings = settings
         self._pool = pool
         self._args = SshArgs(settings)
@@ -107,6 +120,8 @@ class AgentChannel:
         self.master: Master | None = None
         self.info: dict[str, Any] = {}
         self.stderr = HeadTail(0, 4096)
+        if self.root is not None:  # a password provider's prompt is watched for on stderr
+            self.stderr = self.root.stderr(self.stderr)
 
     # -- state ------------------------------------------------------------------------------------------
     @property
@@ -128,6 +143,12 @@ class AgentChannel:
             return True
         self._die()
         return False
+
+    @property
+    def uid(self) -> int | None:
+        """The agent's effective uid on the target, as its HELLO reported it."""
+        uid = self.info.get("uid")
+        return uid if isinstance(uid, int) and not isinstance(uid, bool) else None
 
     @property
     def pid(self) -> int | None:
@@ -152,7 +173,7 @@ class AgentChannel:
             self._stopped.set()
 
     async def _session(self, master: Master | None, task_status: anyio.abc.TaskStatus[None]) -> None:
-        remote = boot_command()
+        remote = boot_command() if self.root is None else self.root.boot.command
         if master is None:
             argv = self._args.oneshot(self.target, remote)
         else:
@@ -168,9 +189,16 @@ class AgentChannel:
                 hello = await self._boot(proc, reader)
             except AgentUnavailable as exc:
                 hello, failure = None, exc
+            refused = None
+            if hello is not None and self.root is not None:
+                refused = self.root.refused(hello, target=self.target.name)
             if hello is None:
                 if failure is None:
                     failure = await self._boot_failure(proc, master)
+                tg.cancel_scope.cancel()
+            elif refused is not None:  # not uid 0: never used, ended at once
+                failure = refused
+                await self._goodbye(proc)
                 tg.cancel_scope.cancel()
             else:
                 self.info = hello
@@ -191,8 +219,13 @@ class AgentChannel:
             return None
         source, _ = agent_source()
         hello = proto.encode(0, proto.HELLO, {"min": proto.PROTOCOL_MIN, "max": proto.PROTOCOL_MAX})
-        with anyio.move_on_after(self._settings.connect_timeout_s + _BOOT_EXTRA_S):
+        wait_s = 0.0 if self.root is None else self.root.wait_s(self._settings.connect_timeout_s)
+        ceiling = self._settings.connect_timeout_s + _BOOT_EXTRA_S + 2 * wait_s
+        with anyio.move_on_after(ceiling):
             try:
+                # a password provider: the password only after its prompt, the agent only after the start
+                if self.root is not None and not await self.root.enter(proc.stdin, wait_s):
+                    return None
                 await proc.stdin.send(source + hello)
                 while True:
                     for _rid, kind, _flags, meta, _data in reader.feed(
@@ -205,18 +238,23 @@ class AgentChannel:
                             raise AgentUnavailable(message, capability="agent protocol")
             except (anyio.EndOfStream, anyio.BrokenResourceError, anyio.ClosedResourceError, ValueError):
                 return None
-        raise AgentUnavailable(
-            f"the agent did not answer within {self._settings.connect_timeout_s + _BOOT_EXTRA_S:.0f}s"
-        )
+        raise AgentUnavailable(f"the agent did not answer within {ceiling:.0f}s")
 
     async def _boot_failure(self, proc: anyio.abc.Process, master: Master | None) -> BaseException:
+        if proc.stdin is not None:  # nothing more will come (sudo must not wait for another password)
+            with contextlib.suppress(anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
+                await proc.stdin.aclose()
         with anyio.move_on_after(_CLOSE_WAIT_S):
             await proc.wait()
             await self._stderr_done.wait()
-        stderr = self.stderr.tail.decode(errors="replace").strip()
-        failure = boot_failure(
-            proc.returncode, stderr, target=self.target.name, via_master=master is not None
-        )
+        via_master = master is not None
+        if self.root is not None:
+            failure = self.root.failure(
+                proc.returncode, self.stderr.tail, target=self.target.name, via_master=via_master
+            )
+        else:
+            stderr = self.stderr.tail.decode(errors="replace").strip()
+            failure = boot_failure(proc.returncode, stderr, target=self.target.name, via_master=via_master)
         if isinstance(failure, MasterGone) and master is not None:
             await self._pool.invalidate(master)
         return failure

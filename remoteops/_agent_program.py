@@ -23,7 +23,7 @@ PROGRESS) may precede it.
 
 Kinds, gateway → agent:
 
-* ``HELLO`` {min, max}: version negotiation, must come first → HELLO {version, pid, python, kinds} or
+* ``HELLO`` {min, max}: version negotiation, must come first → HELLO {version, pid, uid, python, kinds} or
   ERROR {code: "version"} (then the agent exits) — a mismatch is an answer, never a hang.
 * ``EXEC`` {argv, cwd?, env, marker, limit_s, kill_s, head, tail, stdin}: run argv in a new session with
   ``ROG_CALL=<marker>`` added to its environment; stdin follows in DATA frames when ``stdin`` is true.
@@ -1270,6 +1270,7 @@ class _Agent:
         info = {
             "version": version,
             "pid": os.getpid(),
+            "uid": os.geteuid(),
             "python": ".".join(str(part) for part in sys.version_info[:3]),
             "subreaper": self.subreaper,
             "kinds": [HELLO, EXEC, DATA, CANCEL, *sorted(_FILE_KINDS)],

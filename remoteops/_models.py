@@ -114,6 +114,9 @@ class CarrierState(BaseModel):
     agent_python: str | None = None
     channels_started: int = 0
     requests_in_flight: int = 0
+    root_carrier: Literal["agent", "ssh"] | None = None  # how the last root command was carried
+    root_agent_pid: int | None = None  # the live root agent on the target (``[root] agent = true``)
+    root_channels_started: int = 0
 
 
 class TargetInfo(BaseModel):

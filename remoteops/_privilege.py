@@ -21,7 +21,7 @@ import time
 from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 from ._errors import RemoteOpsError
 from ._exec import Carrier, ExecRequest, RawExec
@@ -55,6 +55,14 @@ class SecretRequest:
     provider: ProviderName
     account: str  # whose password: the login user (sudo) or the su account
     login: str  # user@host:port the gateway logs in as
+
+
+@runtime_checkable
+class RootAgents(Protocol):
+    """A carrier with root agents (``_agent_carrier``): one that is alive serves root commands through the
+    provider it was started through, so that provider needs no new password."""
+
+    def live_root(self, name: str) -> str | None: ...
 
 
 class SecretSource(Protocol):
@@ -135,6 +143,7 @@ class Escalator:
             docker_image=s.docker_image,
             docker_run_args=s.docker_run_args,
             wait_s=s.prompt_timeout_s,
+            agent=s.agent,
         )
 
     async def run(
@@ -161,13 +170,14 @@ class Escalator:
             error.target = name
             return error
 
+        live = carrier.live_root(name) if isinstance(carrier, RootAgents) else None
         for provider in self._order(name):
             skip = self._skip_reason(provider, caps)
             if skip is not None:
                 attempts.append(ProviderAttempt(provider=provider, outcome="skipped", reason=skip))
                 continue
             secret: OneTimeSecret | None = None
-            if provider in PASSWORD_PROVIDERS:
+            if provider in PASSWORD_PROVIDERS and provider != live:
                 if secrets is None:
                     attempts.append(
                         ProviderAttempt(provider=provider, outcome="skipped", reason="no way to ask a human")

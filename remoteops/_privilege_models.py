@@ -49,6 +49,10 @@ class PrivilegeSettings(BaseModel):
     password_attempts: int = Field(default=5, ge=1, le=100)  # password uses per target per window
     password_window_s: float = Field(default=300, gt=0)
     prompt_timeout_s: float = Field(default=15, gt=0, le=120)  # wait for sudo/su's prompt and verdict
+    agent: bool = False
+    """Carry root commands over a per-target root agent started through the chosen provider (one channel
+    for many commands) instead of one ssh process per command; a password provider's password is entered
+    once, at the root agent's boot."""
 
 
 class ProviderAttempt(BaseModel):

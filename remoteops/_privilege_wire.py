@@ -4,10 +4,11 @@
 ``_render.render_command`` -- the one place commands are rendered. :class:`OneTimeSecret` is the secret half:
 a password in memory for exactly one use, wiped after it. :class:`AuthWatch` is the stderr sink of such a
 command: it sees sudo's unique prompt (or su's ``Password:``), the uid-0 proof failing, and the wrapper's
-start marker. :func:`feed_after_prompt` writes the password to stdin **only once the prompt was observed**
-(a pty would echo anything written earlier), then waits for the verdict, and only after the command
-started does it write the caller's stdin -- so neither sudo nor su can ever read the payload as a password,
-nor the command the password. The password never appears in argv, the environment, or any output.
+start marker. :func:`feed_after_prompt` (through :func:`enter_password`, which a root agent's boot uses
+too) writes the password to stdin **only once the prompt was observed** (a pty would echo anything written
+earlier), then waits for the verdict, and only after the command started does it write the caller's stdin
+-- so neither sudo nor su can ever read the payload as a password, nor the command the password.
+The password never appears in argv, the environment, or any output.
 """
 
 from __future__ import annotations
@@ -22,7 +23,14 @@ import anyio.abc
 from ._capture import HeadTail
 from ._privilege_models import PASSWORD_PROVIDERS, ProviderName
 
-__all__ = ["AuthWatch", "Escalation", "OneTimeSecret", "feed_after_prompt", "split_pre_start"]
+__all__ = [
+    "AuthWatch",
+    "Escalation",
+    "OneTimeSecret",
+    "enter_password",
+    "feed_after_prompt",
+    "split_pre_start",
+]
 
 SU_PROMPT = b"Password:"
 _PRE_START_KEEP = 8192
@@ -39,6 +47,7 @@ class Escalation:
     docker_image: str | None = None
     docker_run_args: tuple[str, ...] = ()
     wait_s: float = 15.0  # for the prompt, then for the verdict (plus the connect timeout)
+    agent: bool = False  # may be carried by a root agent started through this provider (``_agent_root``)
     prompt: str = field(default_factory=lambda: f"[rog-sudo-{secrets.token_hex(6)}]")
 
     @property
@@ -127,6 +136,39 @@ async def _send_all(stream: anyio.abc.ByteSendStream, data: bytes) -> None:
         await stream.send(bytes(view[offset : offset + _CHUNK]))
 
 
+async def enter_password(
+    stream: anyio.abc.ByteSendStream, watch: AuthWatch, secret: OneTimeSecret | None, *, wait_s: float
+) -> bool:
+    """Wait for the prompt (or the start), write the password only then, wait for the verdict. True when
+    the command started; otherwise ``watch`` says why (``stalled``, ``rejected``, ``password_sent``).
+    The stream stays open (the caller's payload, or an agent's frames, follow on it)."""
+    with anyio.move_on_after(wait_s):
+        while watch.prompts == 0 and not watch.started:
+            await watch.changed()
+    if not watch.started and watch.prompts == 0:
+        watch.stalled = True
+        return False
+    if not watch.started:
+        if secret is None:  # a provider without a password was asked for one: never guess
+            watch.stalled = True
+            return False
+        password = secret.take()
+        try:
+            await stream.send(bytes(password) + b"\n")
+        finally:
+            for index in range(len(password)):
+                password[index] = 0
+        watch.password_sent = True
+        with anyio.move_on_after(wait_s):
+            while not watch.started and watch.prompts < 2:
+                await watch.changed()
+        if not watch.started:
+            watch.rejected = watch.prompts >= 2
+            watch.stalled = not watch.rejected
+            return False
+    return True
+
+
 async def feed_after_prompt(
     stream: anyio.abc.ByteSendStream,
     watch: AuthWatch,
@@ -137,31 +179,7 @@ async def feed_after_prompt(
 ) -> None:
     """The stdin of a privileged command: password after the prompt, payload after the start."""
     try:
-        with anyio.move_on_after(wait_s):
-            while watch.prompts == 0 and not watch.started:
-                await watch.changed()
-        if not watch.started and watch.prompts == 0:
-            watch.stalled = True
-            return
-        if not watch.started:
-            if secret is None:  # a provider without a password was asked for one: never guess
-                watch.stalled = True
-                return
-            password = secret.take()
-            try:
-                await stream.send(bytes(password) + b"\n")
-            finally:
-                for index in range(len(password)):
-                    password[index] = 0
-            watch.password_sent = True
-            with anyio.move_on_after(wait_s):
-                while not watch.started and watch.prompts < 2:
-                    await watch.changed()
-            if not watch.started:
-                watch.rejected = watch.prompts >= 2
-                watch.stalled = not watch.rejected
-                return
-        if payload:
+        if await enter_password(stream, watch, secret, wait_s=wait_s) and payload:
             await _send_all(stream, payload)
     except (anyio.BrokenResourceError, anyio.ClosedResourceError, BrokenPipeError, ConnectionResetError):
         return
