@@ -180,7 +180,7 @@ async def test_the_event_loop_keeps_ticking_while_200_audited_calls_run(
         lines = rt.settings.audit_path.read_text(encoding="utf-8").splitlines()
     print(f"largest event-loop gap during 200 audited calls: {ticker.largest_gap_ms:.1f} ms")
     assert len(lines) == 201
-    assert ticker.largest_gap_ms < 100
+    assert ticker.largest_gap_ms < 250  # a write(2) blocked on the loop would stall it for seconds
 
 
 def _small_fifo(path: Path) -> tuple[int, int]:
@@ -277,7 +277,7 @@ async def test_a_stalled_audit_disk_never_stalls_the_event_loop(
         os.close(keeper)
     print(f"largest event-loop gap, audit disk stalled: {ticker.largest_gap_ms:.1f} ms ({pending} queued)")
     assert pending > 0  # the disk really was stalled while the calls ran
-    assert ticker.largest_gap_ms < 100
+    assert ticker.largest_gap_ms < 250  # a write(2) blocked on the loop would stall it for seconds
     records = [json.loads(line) for line in received.splitlines()]
     assert len(records) == 201
     assert {r["tool"] for r in records} == {"gateway_health"}

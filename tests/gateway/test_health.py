@@ -159,4 +159,4 @@ async def test_health_called_in_a_loop_never_stalls_the_loop_while_a_control_soc
     assert accepted  # the silent socket was really tried
     assert elapsed >= 1.0  # the command did wait on it, so health ran beside that wait
     assert len(healths) >= 10
-    assert ticker.max_gap < 0.1
+    assert ticker.max_gap < 0.25  # a blocking mux connect stalls it 0.5 s per check; room for a loaded CI
