@@ -127,8 +127,9 @@ def _render_read(out: ReadOut) -> str:
     if out.past_end:
         span = f"no line {out.start_line} (the file has fewer lines), {out.size} bytes"
     elif out.start_line is not None:
-        last = (out.start_line + (out.line_count or 0)) - 1
-        lines = f"lines {out.start_line}-{last}" if out.line_count else f"part of line {out.start_line}"
+        count, first = out.line_count or 0, out.start_line
+        lines = f"lines {first}-{first + count - 1}" if count > 1 else f"line {first}"
+        lines = lines if count else f"part of line {first}"
         span = f"{lines} ({span}){', more lines follow' if out.more_lines else ''}"
     head = f"{out.path}: {span}{more}; sha256 {out.sha256}"
     return f"{head}\n{out.content}" if out.encoding == "utf-8" else f"{head} (base64)\n{out.content}"
