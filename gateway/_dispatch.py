@@ -229,8 +229,9 @@ async def dispatch_call(
         if too_big is not None:
             raise ToolFailure(
                 ErrorCode.VALIDATION_ERROR,
-                f"argument {too_big} exceeds {cap} bytes",
-                details={"argument": too_big, "limit_bytes": cap},
+                f"argument {too_big} exceeds {cap} bytes: put large content on a target with "
+                "remote_upload (the transfer tools), not in an argument",
+                details={"argument": too_big, "limit_bytes": cap, "use": "remote_upload"},
             )
         not_unicode = unencodable_argument(arguments)
         if not_unicode is not None:

@@ -43,14 +43,15 @@ Kinds, gateway → agent:
   gateway so a slow consumer never makes the agent buffer without bound.
 * File primitives (issue 11), each answered by one RESULT or ERROR, synchronously (see "file primitives"
   below): ``STAT`` {path, hash?, follow?}, ``READ`` {path, offset, length} → data = the bytes, meta = the
-  whole file's size and sha256, ``WRITE`` {path, mode?, expected_sha256?, if_exists} with the content as
-  the frame's data (temporary file in the same directory, fsync, rename, directory fsync), ``HASH``
-  {path}, ``LIST``/``FIND`` {path, depth, limit, hidden, name?, type?, size and mtime bounds}, ``GREP``
-  {path, pattern, include, exclude, context, max_matches, max_bytes}, ``MKDIR`` {path, parents, mode},
-  ``MOVE`` {source, destination, overwrite}, ``DELETE`` {path, recursive, protected}. Reserved for
-  server-side waits (issue 12): ``WAIT`` {pid | path | pattern, until} answered when the condition holds
-  or its bound passes. Today an agent answers it with ERROR {code: "unsupported"}, so a newer gateway can
-  tell what an older agent lacks.
+  whole file's size and sha256 (or {path, start_line, line_count?, length}: whole lines from start_line on,
+  at most length bytes → meta adds the lines' byte offset, lines, more_lines, past_end, truncated),
+  ``WRITE`` {path, mode?, expected_sha256?, if_exists} with the content as the frame's data (temporary
+  file in the same directory, fsync, rename, directory fsync), ``HASH`` {path}, ``LIST``/``FIND`` {path,
+  depth, limit, hidden, name?, type?, size and mtime bounds}, ``GREP`` {path, pattern, include, exclude,
+  context, max_matches, max_bytes}, ``MKDIR`` {path, parents, mode}, ``MOVE`` {source, destination,
+  overwrite}, ``DELETE`` {path, recursive, protected}. Reserved for server-side waits (issue 12): ``WAIT``
+  {pid | path | pattern, until} answered when the condition holds or its bound passes. Today an agent
+  answers it with ERROR {code: "unsupported"}, so a newer gateway can tell what an older agent lacks.
 
 Kinds, agent → gateway: ``RESULT`` and ``ERROR`` {code, message} (final), ``STARTED``, and reserved
 ``OUTPUT`` {stream, offset} (a chunk of a process's output as it arrives; END on the last) and
@@ -669,13 +670,17 @@ def _file_hash(meta: dict[str, Any], data: bytes) -> tuple[dict[str, Any], bytes
 
 
 def _file_read(meta: dict[str, Any], data: bytes) -> tuple[dict[str, Any], bytes]:
-    """Bytes [offset, offset + length) of a regular file, with the whole file's size and SHA-256."""
+    """Bytes [offset, offset + length) of a regular file, or (``start_line`` given) its whole lines from
+    that 1-based line on, ``line_count`` of them or to the end, at most ``length`` bytes; with the whole
+    file's size and SHA-256."""
     import hashlib
 
     path = _path(meta)
+    lines = meta.get("start_line") is not None
     offset, length = int(meta.get("offset", 0)), int(meta["length"])
-    if offset < 0 or length < 0:
-        raise _FileRefusal("bad_request", "offset and length must be >= 0")
+    if offset < 0 or length < 0 or (lines and offset):
+        raise _FileRefusal("bad_request", "offset and length must be >= 0 (offset 0 with start_line)")
+    picker = _LinePicker(int(meta["start_line"]), meta.get("line_count"), length) if lines else None
     fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOCTTY", 0) | getattr(os, "O_NONBLOCK", 0))
     try:
         _regular(path, os.fstat(fd))
@@ -687,13 +692,89 @@ def _file_read(meta: dict[str, Any], data: bytes) -> tuple[dict[str, Any], bytes
             if not chunk:
                 break
             digest.update(chunk)
-            lo, hi = max(offset - size, 0), min(offset + length - size, len(chunk))
-            if lo < hi:
-                out += chunk[lo:hi]
+            if picker is not None:
+                picker.feed(chunk)
+            else:
+                lo, hi = max(offset - size, 0), min(offset + length - size, len(chunk))
+                if lo < hi:
+                    out += chunk[lo:hi]
             size += len(chunk)
     finally:
         os.close(fd)
-    return {"size": size, "sha256": digest.hexdigest(), "offset": offset}, bytes(out)
+    answer = {"size": size, "sha256": digest.hexdigest(), "offset": offset}
+    if picker is None:
+        return answer, bytes(out)
+    found, content = picker.result(size)
+    answer.update(found)
+    return answer, content
+
+
+class _LinePicker:
+    """Finds lines [first, first + count) of a stream fed in chunks, keeping at most ``cap`` + 1 bytes.
+
+    A line ends after its newline (the last one may have none, at the end of the file). Only whole lines
+    are returned; when the cap cuts the lines asked, as many as fit (``truncated``), and when not even the
+    first fits, its first ``cap`` bytes (``lines`` 0)."""
+
+    def __init__(self, first: int, count: Any, cap: int) -> None:
+        if first < 1 or (count is not None and int(count) < 1):
+            raise _FileRefusal("bad_request", "start_line and line_count must be >= 1")
+        self.skip = first - 1  # newlines before the first wanted line
+        self.count = None if count is None else int(count)
+        self.cap = cap
+        self.pos = 0  # bytes fed so far
+        self.start = 0 if first == 1 else -1  # byte offset of the first wanted line, -1 until found
+        self.kept = bytearray()  # bytes from start, at most cap + 1 of them
+        self.newlines = 0  # newlines in kept
+        self.full = False  # kept holds all the lines asked (or cap + 1 bytes)
+
+    def feed(self, chunk: bytes) -> None:
+        piece = chunk
+        if self.start < 0:
+            seen = chunk.count(b"\n")
+            if seen < self.skip:
+                self.skip -= seen
+                self.pos += len(chunk)
+                return
+            at = -1
+            for _ in range(self.skip):
+                at = chunk.find(b"\n", at + 1)
+            self.skip = 0
+            self.start = self.pos + at + 1
+            piece = chunk[at + 1 :]
+        self.pos += len(chunk)
+        if self.full or not piece:
+            return
+        room = self.cap + 1 - len(self.kept)
+        if len(piece) >= room:
+            piece, self.full = piece[:room], True
+        if self.count is not None:
+            need = self.count - self.newlines
+            at = -1
+            for _ in range(min(need, piece.count(b"\n"))):
+                at = piece.find(b"\n", at + 1)
+                need -= 1
+            if need == 0:
+                piece, self.full = piece[: at + 1], True
+        self.kept += piece
+        self.newlines += piece.count(b"\n")
+
+    def result(self, size: int) -> tuple[dict[str, Any], bytes]:
+        """(meta fields, content) once the whole file was fed."""
+        first = self.start
+        if first < 0 or first >= size:  # the file has fewer than start_line lines
+            none = {"offset": size, "lines": 0, "more_lines": False, "past_end": True, "truncated": False}
+            return none, b""
+        content, truncated = bytes(self.kept), False
+        if len(content) > self.cap:
+            cut = content.rfind(b"\n", 0, self.cap)
+            content, truncated = content[: cut + 1] if cut >= 0 else content[: self.cap], True
+        end = first + len(content)
+        lines = content.count(b"\n")
+        if content and not content.endswith(b"\n") and end == size:
+            lines += 1  # the last line, without a newline
+        return {"offset": first, "lines": lines, "more_lines": end < size, "past_end": False,
+                "truncated": truncated}, content  # fmt: skip
 
 
 def _tmp_pid(name: bytes) -> int | None:

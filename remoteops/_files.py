@@ -10,23 +10,16 @@ never came after it was sent is ``TransportLost`` (it may have been carried out;
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
 import anyio
 
 from . import _agent_program as proto
+from . import _files_wire as w
 from ._agent_channel import AgentRefused
-from ._errors import CommandTimeout, InvalidRequest, RemoteOpsError, TransportError
-from ._files_errors import (
-    FileAccessDenied,
-    FileConflict,
-    FileNotFound,
-    FileRequestInvalid,
-    ProtectedPath,
-    RemoteFileError,
-)
+from ._errors import CommandTimeout, InvalidRequest
+from ._files_errors import FileConflict, FileRequestInvalid
 from ._files_models import (
     DeleteResult,
     FileContent,
@@ -43,91 +36,12 @@ from ._files_models import (
     shown_path,
 )
 from ._files_patch import MAX_PATCH_BYTES, Hunk, PatchResult, apply_hunks
+from ._files_wire import PathArg
 
 if TYPE_CHECKING:
     from ._ops import RemoteOps
 
 __all__ = ["PathArg", "RemoteFiles"]
-
-PathArg = str | bytes
-_MAX_PATH = 4096
-_INVALID_ERRNOS = {"EISDIR", "ENOTDIR", "EINVAL", "ENOTEMPTY", "ELOOP", "ENAMETOOLONG", "EXDEV", "EBUSY"}
-
-
-def _wire(path: PathArg, field: str = "path") -> str:
-    raw = path if isinstance(path, bytes) else path.encode("utf-8", "surrogateescape")
-    if not raw:
-        raise InvalidRequest(field=field, reason="empty")
-    if b"\0" in raw:
-        raise InvalidRequest(field=field, reason="NUL byte")
-    if len(raw) > _MAX_PATH:
-        raise InvalidRequest(field=field, reason=f"longer than {_MAX_PATH} bytes")
-    return proto.wire_text(raw)
-
-
-def _shown(wire: object) -> str | None:
-    return shown_path(proto.wire_bytes(wire))[0] if isinstance(wire, str) else None
-
-
-def _info(meta: dict[str, Any], path: str) -> FileInfo:
-    text, b64 = shown_path(proto.wire_bytes(path))
-    target = meta.get("symlink_target")
-    return FileInfo(
-        path=text,
-        path_b64=b64,
-        type=meta["type"],
-        size=int(meta["size"]),
-        mode=f"{int(meta['mode']):04o}",
-        uid=int(meta["uid"]),
-        gid=int(meta["gid"]),
-        owner=meta.get("owner"),
-        group=meta.get("group"),
-        mtime=float(meta["mtime"]),
-        symlink_target=_shown(target),
-        sha256=meta.get("sha256"),
-    )
-
-
-def _failure(target: str, meta: dict[str, Any]) -> RemoteOpsError:
-    code, message = meta.get("code"), str(meta.get("message", ""))[:500]
-    path = _shown(meta.get("path"))
-    if code == "conflict":
-        sha = meta.get("sha256")
-        return FileConflict(
-            message,
-            target=target,
-            path=path,
-            reason=str(meta.get("reason", "conflict")),
-            current_sha256=sha if isinstance(sha, str) else None,
-        )
-    if code == "protected":
-        return ProtectedPath(message, target=target, path=path, reason=str(meta.get("reason", "protected")))
-    if code == "bad_request":
-        return FileRequestInvalid(message, target=target, path=path)
-    if code == "os":
-        name = str(meta.get("errno", "EIO"))
-        detail = f"{message}: {path}" if path else message
-        if name == "ENOENT":
-            return FileNotFound(detail, target=target, path=path, errno=name)
-        if name in ("EACCES", "EPERM"):
-            return FileAccessDenied(detail, target=target, path=path, errno=name)
-        if name == "EEXIST":
-            return FileConflict(detail, target=target, path=path, reason="exists")
-        if name in _INVALID_ERRNOS:
-            return FileRequestInvalid(detail, target=target, path=path, errno=name)
-        return RemoteFileError(detail, target=target, path=path, errno=name)
-    return TransportError(f"the agent refused the request: {code}: {message}", target=target, stage="agent")
-
-
-@contextlib.contextmanager
-def _malformed(target: str) -> Iterator[None]:
-    """An agent answer that does not have the expected shape is a TransportError, never a crash."""
-    try:
-        yield
-    except (KeyError, TypeError, ValueError) as exc:
-        raise TransportError(
-            f"the agent's answer is malformed: {exc!r}"[:300], target=target, stage="agent"
-        ) from None
 
 
 class RemoteFiles:
@@ -144,7 +58,7 @@ class RemoteFiles:
             with anyio.fail_after(self._ceiling_s):
                 return await self._ops.agent_request(target, kind, meta, data)
         except AgentRefused as exc:
-            raise _failure(target, exc.meta) from None
+            raise w.failure(target, exc.meta) from None
         except TimeoutError:
             raise CommandTimeout(
                 f"no answer from the agent within {self._ceiling_s:.0f}s",
@@ -158,34 +72,58 @@ class RemoteFiles:
     ) -> FileInfo:
         """Type, size, mode, owner, mtime and link target of ``path`` (a link itself unless ``follow``);
         ``sha256`` adds the content's SHA-256 for a regular file (or a link to one)."""
-        wire = _wire(path)
+        wire = w.wire(path)
         meta, _ = await self._call(target, proto.STAT, {"path": wire, "hash": sha256, "follow": follow})
-        with _malformed(target):
-            return _info(meta, wire)
+        with w.malformed(target):
+            return w.info(meta, wire)
 
     async def read(
-        self, target: str, path: PathArg, *, max_bytes: int, offset: int = 0, length: int | None = None
+        self,
+        target: str,
+        path: PathArg,
+        *,
+        max_bytes: int,
+        offset: int = 0,
+        length: int | None = None,
+        start_line: int | None = None,
+        line_count: int | None = None,
     ) -> FileContent:
-        """Bytes [offset, offset + length) of a regular file, at most ``max_bytes``, with the whole file's
-        size and SHA-256; ``truncated`` when the cap cut what was asked."""
+        """Bytes [offset, offset + length) of a regular file, or (``start_line`` and/or ``line_count``)
+        ``line_count`` whole lines from the 1-based ``start_line`` (default: line 1, to the end); at most
+        ``max_bytes``, with the whole file's size and SHA-256; ``truncated`` when the cap cut what was
+        asked. Lines end after ``\\n`` (the last may have none); a cap that cuts the lines returns those
+        that fit, or the first ``max_bytes`` of a longer first line (``line_count`` 0)."""
+        lines = start_line is not None or line_count is not None
         if offset < 0 or (length is not None and length < 0) or max_bytes < 1:
             raise InvalidRequest(field="offset/length", reason="must be >= 0")
-        wire = _wire(path)
+        if lines and (offset or length is not None):
+            raise InvalidRequest(field="start_line/line_count", reason="not with offset/length")
+        if (start_line is not None and start_line < 1) or (line_count is not None and line_count < 1):
+            raise InvalidRequest(field="start_line/line_count", reason="must be >= 1")
+        wire = w.wire(path)
         want = max_bytes if length is None else min(length, max_bytes)
-        meta, data = await self._call(target, proto.READ, {"path": wire, "offset": offset, "length": want})
+        meta: dict[str, Any] = {"path": wire, "offset": offset, "length": want}
+        if lines:
+            meta.update(start_line=start_line or 1, line_count=line_count)
+        answer, data = await self._call(target, proto.READ, meta)
         text, b64 = shown_path(proto.wire_bytes(wire))
-        with _malformed(target):
-            size = int(meta["size"])
-            end = min(offset, size) + len(data)
+        with w.malformed(target):
+            size, first = int(answer["size"]), int(answer["offset"])
+            end = min(first, size) + len(data)
+            cut = end < size and (length is None or length > max_bytes)
             return FileContent(
                 path=text,
                 path_b64=b64,
                 content=data,
-                offset=offset,
+                offset=first,
                 size=size,
-                sha256=str(meta["sha256"]),
-                truncated=end < size and (length is None or length > max_bytes),
+                sha256=str(answer["sha256"]),
+                truncated=bool(answer["truncated"]) if lines else cut,
                 remaining=max(size - end, 0),
+                start_line=(start_line or 1) if lines else None,
+                line_count=int(answer["lines"]) if lines else None,
+                more_lines=bool(answer["more_lines"]) if lines else None,
+                past_end=bool(answer["past_end"]) if lines else False,
             )
 
     async def write(
@@ -206,13 +144,13 @@ class RemoteFiles:
             len(expected_sha256) != 64 or expected_sha256.strip("0123456789abcdef")
         ):
             raise InvalidRequest(field="expected_sha256", reason="not 64 lowercase hex digits")
-        wire = _wire(path)
+        wire = w.wire(path)
         meta: dict[str, Any] = {"path": wire, "if_exists": if_exists, "mode": mode}
         if expected_sha256 is not None:
             meta["expected_sha256"] = expected_sha256
         answer, _ = await self._call(target, proto.WRITE, meta, content)
         text, b64 = shown_path(proto.wire_bytes(wire))
-        with _malformed(target):
+        with w.malformed(target):
             return WriteResult(
                 path=text,
                 path_b64=b64,
@@ -228,19 +166,19 @@ class RemoteFiles:
         ``limit``; hidden (dot) names only when asked."""
         if not 1 <= depth <= 64 or not 1 <= limit <= 100_000:
             raise InvalidRequest(field="depth/limit", reason="depth 1..64, limit 1..100000")
-        wire = _wire(path)
+        wire = w.wire(path)
         meta, _ = await self._call(
             target, proto.LIST, {"path": wire, "depth": depth, "limit": limit, "hidden": hidden}
         )
         text, b64 = shown_path(proto.wire_bytes(wire))
-        with _malformed(target):
+        with w.malformed(target):
             return ListResult(
                 path=text,
                 path_b64=b64,
-                entries=[_info(entry, entry["path"]) for entry in meta["entries"]],
+                entries=[w.info(entry, entry["path"]) for entry in meta["entries"]],
                 truncated=bool(meta["truncated"]),
                 errors=[
-                    ListError(path=_shown(e["path"]) or "", errno=str(e["errno"])) for e in meta["errors"]
+                    ListError(path=w.shown(e["path"]) or "", errno=str(e["errno"])) for e in meta["errors"]
                 ],
             )
 
@@ -250,10 +188,10 @@ class RemoteFiles:
         """A directory (``parents``: with missing parents, and no conflict when it exists)."""
         if not 0 <= mode <= 0o7777:
             raise InvalidRequest(field="mode", reason="not a permission mode (0..0o7777)")
-        wire = _wire(path)
+        wire = w.wire(path)
         meta, _ = await self._call(target, proto.MKDIR, {"path": wire, "parents": parents, "mode": mode})
         text, b64 = shown_path(proto.wire_bytes(wire))
-        with _malformed(target):
+        with w.malformed(target):
             return MkdirResult(path=text, path_b64=b64, created=bool(meta["created"]))
 
     async def move(
@@ -262,11 +200,11 @@ class RemoteFiles:
         """Rename ``source`` to ``destination``; an existing destination is ``FileConflict`` unless
         ``overwrite``. Across filesystems: copied next to the destination, renamed, then the source
         removed."""
-        src, dst = _wire(source, "source"), _wire(destination, "destination")
+        src, dst = w.wire(source, "source"), w.wire(destination, "destination")
         meta, _ = await self._call(
             target, proto.MOVE, {"source": src, "destination": dst, "overwrite": overwrite}
         )
-        with _malformed(target):
+        with w.malformed(target):
             return MoveResult(
                 source=shown_path(proto.wire_bytes(src))[0],
                 destination=shown_path(proto.wire_bytes(dst))[0],
@@ -278,13 +216,13 @@ class RemoteFiles:
     ) -> DeleteResult:
         """Remove a file or link (a directory only with ``recursive``). Refused (``ProtectedPath``, nothing
         removed): ``/``, the login user's home, any ``protected`` path, or a directory holding one."""
-        wire = _wire(path)
-        guards = [_wire(p, "protected") for p in protected]
+        wire = w.wire(path)
+        guards = [w.wire(p, "protected") for p in protected]
         meta, _ = await self._call(
             target, proto.DELETE, {"path": wire, "recursive": recursive, "protected": guards}
         )
         text, b64 = shown_path(proto.wire_bytes(wire))
-        with _malformed(target):
+        with w.malformed(target):
             return DeleteResult(path=text, path_b64=b64, type=meta["type"])
 
     async def patch(
@@ -338,22 +276,22 @@ class RemoteFiles:
         mtime bounds, in ``list`` order, at most ``limit`` (``truncated``)."""
         if not 1 <= depth <= 64 or not 1 <= limit <= 100_000:
             raise InvalidRequest(field="depth/limit", reason="depth 1..64, limit 1..100000")
-        wire = _wire(path)
+        wire = w.wire(path)
         meta: dict[str, Any] = {"path": wire, "depth": depth, "limit": limit, "hidden": hidden, "type": kind}
         bounds = {"min_size": min_size, "max_size": max_size, "mtime_min": mtime_min, "mtime_max": mtime_max}
         meta.update({key: value for key, value in bounds.items() if value is not None})
         if name is not None:
-            meta["name"] = _wire(name, "name")
+            meta["name"] = w.wire(name, "name")
         answer, _ = await self._call(target, proto.FIND, meta)
         text, b64 = shown_path(proto.wire_bytes(wire))
-        with _malformed(target):
+        with w.malformed(target):
             return ListResult(
                 path=text,
                 path_b64=b64,
-                entries=[_info(entry, entry["path"]) for entry in answer["entries"]],
+                entries=[w.info(entry, entry["path"]) for entry in answer["entries"]],
                 truncated=bool(answer["truncated"]),
                 errors=[
-                    ListError(path=_shown(e["path"]) or "", errno=str(e["errno"])) for e in answer["errors"]
+                    ListError(path=w.shown(e["path"]) or "", errno=str(e["errno"])) for e in answer["errors"]
                 ],
             )
 
@@ -379,12 +317,12 @@ class RemoteFiles:
             raise InvalidRequest(
                 field="context/max_matches/depth", reason="context 0..20, max_matches 1..10000"
             )
-        wire = _wire(path)
+        wire = w.wire(path)
         meta = {
             "path": wire,
             "pattern": pattern,
-            "include": [_wire(g, "include") for g in include],
-            "exclude": [_wire(g, "exclude") for g in exclude],
+            "include": [w.wire(g, "include") for g in include],
+            "exclude": [w.wire(g, "exclude") for g in exclude],
             "ignore_case": ignore_case,
             "context": context,
             "depth": depth,
@@ -393,26 +331,26 @@ class RemoteFiles:
             "hidden": hidden,
         }
         answer, _ = await self._call(target, proto.GREP, meta)
-        with _malformed(target):
+        with w.malformed(target):
             return GrepResult(
                 path=shown_path(proto.wire_bytes(wire))[0],
                 matches=[
                     GrepMatch(
-                        path=_shown(m["path"]) or "",
+                        path=w.shown(m["path"]) or "",
                         line=int(m["line"]),
-                        text=_shown(m["text"]) or "",
-                        before=[_shown(t) or "" for t in m["before"]],
-                        after=[_shown(t) or "" for t in m["after"]],
+                        text=w.shown(m["text"]) or "",
+                        before=[w.shown(t) or "" for t in m["before"]],
+                        after=[w.shown(t) or "" for t in m["after"]],
                     )
                     for m in answer["matches"]
                 ],
                 skipped=[
-                    GrepSkipped(path=_shown(k["path"]) or "", reason=str(k["reason"]))
+                    GrepSkipped(path=w.shown(k["path"]) or "", reason=str(k["reason"]))
                     for k in answer["skipped"]
                 ],
                 files_searched=int(answer["files_searched"]),
                 truncated=bool(answer["truncated"]),
                 errors=[
-                    ListError(path=_shown(e["path"]) or "", errno=str(e["errno"])) for e in answer["errors"]
+                    ListError(path=w.shown(e["path"]) or "", errno=str(e["errno"])) for e in answer["errors"]
                 ],
             )

@@ -58,7 +58,9 @@ class FileInfo(BaseModel):
 
 
 class FileContent(BaseModel):
-    """What ``read`` returns: ``content`` is bytes [offset, offset + len(content)) of the file."""
+    """What ``read`` returns: ``content`` is bytes [offset, offset + len(content)) of the file. A read by
+    lines also says which: ``line_count`` whole lines from line ``start_line`` (``offset`` is where that
+    line starts); continue at line ``start_line + line_count`` or at byte ``offset + len(content)``."""
 
     model_config = _FROZEN
 
@@ -70,6 +72,12 @@ class FileContent(BaseModel):
     sha256: str = Field(description="SHA-256 of the whole file.")
     truncated: bool = Field(description="More bytes follow the returned range than were asked or allowed.")
     remaining: int = Field(description="Bytes of the file after the returned range.")
+    start_line: int | None = Field(None, description="Line reads: the 1-based number of the first line.")
+    line_count: int | None = Field(
+        None, description="Line reads: whole lines in content (0 when the size cap cut the first line)."
+    )
+    more_lines: bool | None = Field(None, description="Line reads: the file goes on after content.")
+    past_end: bool = Field(False, description="Line reads: the file has fewer lines than start_line.")
 
 
 class WriteResult(BaseModel):

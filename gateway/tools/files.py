@@ -3,21 +3,20 @@
 Paths are given as ``path`` (text) or ``path_b64`` (the exact bytes, base64, for names that are not UTF-8);
 contents travel as ``content`` with ``encoding`` (``utf-8`` or ``base64``). Contents above the MCP argument
 cap (``server.max_argument_bytes``) are refused by the dispatcher (use the transfer tools for big files);
-reads are capped at the transport's output cap and say ``truncated`` with the ``remaining`` size.
+reads (``files_read``: byte ranges or lines) are capped at the transport's output cap.
 """
 
 from __future__ import annotations
 
-import base64
-import binascii
-from typing import Annotated, Any, Literal, Self
+from typing import Any, Literal, Self
 
 from pydantic import Field, model_validator
 
 from gateway._catalog import REMOTE_READ, Toolset, ToolSpec
 from gateway._context import ToolContext
-from gateway._errors import ErrorCode, ToolFailure
-from gateway.tools._base import Input, Output
+from gateway.tools._base import Input
+from gateway.tools.files_paths import NEEDS_AGENT, PathIn, TargetName, b64_argument
+from gateway.tools.files_read import READ_SPEC
 from remoteops import (
     DeleteResult,
     FileInfo,
@@ -31,61 +30,10 @@ from remoteops import (
 
 __all__ = ["SPECS"]
 
-TargetName = Annotated[str, Field(min_length=1, max_length=128, description="A configured target name.")]
-_PATH = "The path on the target (text). Give this or path_b64."
-_PATH_B64 = "The path's exact bytes, base64 (for names that are not valid UTF-8). Give this or path."
-
-
-def _b64(value: str, field: str) -> bytes:
-    try:
-        return base64.b64decode(value, validate=True)
-    except (binascii.Error, ValueError):
-        raise ToolFailure(
-            ErrorCode.VALIDATION_ERROR, f"{field} is not valid base64", details={"field": field}
-        ) from None
-
-
-class PathIn(Input):
-    target: TargetName
-    path: str | None = Field(None, min_length=1, description=_PATH)
-    path_b64: str | None = Field(None, min_length=1, description=_PATH_B64)
-
-    @model_validator(mode="after")
-    def _one_path(self) -> Self:
-        if (self.path is None) == (self.path_b64 is None):
-            raise ValueError("give exactly one of path or path_b64")
-        return self
-
-    def raw_path(self) -> str | bytes:
-        return self.path if self.path is not None else _b64(self.path_b64 or "", "path_b64")
-
 
 class StatIn(PathIn):
     sha256: bool = Field(False, description="Also compute the SHA-256 of a regular file's content.")
     follow: bool = Field(False, description="Describe what a symlink points to instead of the link.")
-
-
-class ReadIn(PathIn):
-    encoding: Literal["utf-8", "base64"] = "utf-8"
-    errors: Literal["strict", "replace"] = Field(
-        "strict", description="utf-8 only: refuse bytes that are not UTF-8 (strict) or replace them."
-    )
-    offset: int = Field(0, ge=0, description="First byte to return.")
-    length: int | None = Field(None, ge=0, description="Bytes to return (default: up to the cap).")
-
-
-class ReadOut(Output):
-    target: str
-    path: str
-    path_b64: str | None = None
-    content: str
-    encoding: Literal["utf-8", "base64"]
-    offset: int
-    length: int = Field(description="Bytes of the file returned in content.")
-    size: int = Field(description="The whole file's size in bytes.")
-    sha256: str = Field(description="SHA-256 of the whole file.")
-    truncated: bool = Field(description="The size cap cut the returned range.")
-    remaining: int = Field(description="Bytes of the file after the returned range.")
 
 
 class WriteIn(PathIn):
@@ -104,7 +52,7 @@ class WriteIn(PathIn):
     def content_bytes(self) -> bytes:
         if self.encoding == "utf-8":
             return self.content.encode("utf-8")
-        return _b64(self.content, "content")
+        return b64_argument(self.content, "content")
 
 
 class WriteOut(WriteResult):
@@ -180,53 +128,11 @@ class DeleteOut(DeleteResult):
     target: str
 
 
-def _decode(data: bytes, args: ReadIn, truncated: bool) -> tuple[str, int]:
-    """The content as text and how many bytes it stands for."""
-    if args.encoding == "base64":
-        return base64.b64encode(data).decode("ascii"), len(data)
-    try:
-        return data.decode("utf-8"), len(data)
-    except UnicodeDecodeError as exc:
-        cut = exc.reason == "unexpected end of data" and exc.end == len(data)
-        if cut and (truncated or args.length is not None):
-            # the range ends inside a character: return the whole characters before it
-            return data[: exc.start].decode("utf-8", args.errors), exc.start
-        if args.errors == "replace":
-            return data.decode("utf-8", "replace"), len(data)
-        raise ToolFailure(
-            ErrorCode.VALIDATION_ERROR,
-            "the file is not valid UTF-8: read it with encoding base64, or errors replace",
-            details={"offset": args.offset + exc.start},
-        ) from None
-
-
 async def remote_stat(ctx: ToolContext, args: StatIn) -> StatOut:
     info = await ctx.runtime.remote.files.stat(
         args.target, args.raw_path(), sha256=args.sha256, follow=args.follow
     )
     return StatOut(target=args.target, **info.model_dump())
-
-
-async def remote_read(ctx: ToolContext, args: ReadIn) -> ReadOut:
-    cap = ctx.runtime.settings.transport.output_cap_bytes
-    got = await ctx.runtime.remote.files.read(
-        args.target, args.raw_path(), max_bytes=cap, offset=args.offset, length=args.length
-    )
-    text, used = _decode(got.content, args, got.truncated)
-    remaining = got.remaining + len(got.content) - used
-    return ReadOut(
-        target=args.target,
-        path=got.path,
-        path_b64=got.path_b64,
-        content=text,
-        encoding=args.encoding,
-        offset=args.offset,
-        length=used,
-        size=got.size,
-        sha256=got.sha256,
-        truncated=got.truncated or used < len(got.content),
-        remaining=remaining,
-    )
 
 
 async def remote_write(ctx: ToolContext, args: WriteIn) -> WriteOut:
@@ -266,11 +172,11 @@ async def remote_mkdir(ctx: ToolContext, args: MkdirIn) -> MkdirOut:
 
 
 async def remote_move(ctx: ToolContext, args: MoveIn) -> MoveOut:
-    source = args.source if args.source is not None else _b64(args.source_b64 or "", "source_b64")
+    source = args.source if args.source is not None else b64_argument(args.source_b64 or "", "source_b64")
     dest = (
         args.destination
         if args.destination is not None
-        else _b64(args.destination_b64 or "", "destination_b64")
+        else b64_argument(args.destination_b64 or "", "destination_b64")
     )
     out = await ctx.runtime.remote.files.move(args.target, source, dest, overwrite=args.overwrite)
     return MoveOut(target=args.target, **out.model_dump())
@@ -282,14 +188,6 @@ async def remote_delete(ctx: ToolContext, args: DeleteIn) -> DeleteOut:
         args.target, args.raw_path(), recursive=args.recursive, protected=target.protected_paths
     )
     return DeleteOut(target=args.target, **out.model_dump())
-
-
-def _render_read(out: ReadOut) -> str:
-    """The content itself follows the header line: a client that shows the model only the text content
-    (not ``structuredContent``) must still hand it the file."""
-    more = f", {out.remaining} more bytes (truncated)" if out.truncated else ""
-    head = f"{out.path}: {out.length} of {out.size} bytes from {out.offset}{more}; sha256 {out.sha256}"
-    return f"{head}\n{out.content}" if out.encoding == "utf-8" else f"{head} (base64)\n{out.content}"
 
 
 def _render_write(out: WriteOut) -> str:
@@ -304,35 +202,24 @@ def _render_list(out: ListOut) -> str:
 
 
 _CHANGES: dict[str, Any] = {"read_only": False, "open_world": True}
-_NEEDS = " Needs the agent (python3 >= 3.8 on the target)."
 
 SPECS: list[ToolSpec[Any, Any]] = [
     ToolSpec(
         name="remote_stat",
         title="Stat a remote path",
         description="Type, size, mode, owner, group, mtime and symlink target of a path on a target "
-        "(optionally the content's SHA-256). Paths are data: any bytes, via path_b64." + _NEEDS,
+        "(optionally the content's SHA-256). Paths are data: any bytes, via path_b64." + NEEDS_AGENT,
         input_model=StatIn,
         output_model=StatOut,
         handler=remote_stat,
         **REMOTE_READ,
     ),
-    ToolSpec(
-        name="remote_read",
-        title="Read a remote file",
-        description="Read a regular file (utf-8 or base64, a byte range), capped at the output cap with "
-        "truncated and remaining; returns the whole file's size and SHA-256." + _NEEDS,
-        input_model=ReadIn,
-        output_model=ReadOut,
-        handler=remote_read,
-        render=_render_read,
-        **REMOTE_READ,
-    ),
+    READ_SPEC,
     ToolSpec(
         name="remote_list",
         title="List a remote directory",
         description="Entries of a directory (optionally recursive to a depth), depth-first in byte order "
-        "of names, bounded by limit with truncated; hidden names only when asked." + _NEEDS,
+        "of names, bounded by limit with truncated; hidden names only when asked." + NEEDS_AGENT,
         input_model=ListIn,
         output_model=ListOut,
         handler=remote_list,
@@ -345,7 +232,7 @@ SPECS: list[ToolSpec[Any, Any]] = [
         description="Replace or create a file atomically (temporary file in the same directory, fsync, "
         "rename): old or new content, never a mix. if_exists fail and expected_sha256 give conflict. "
         "Content above the argument cap: use the transfer tools. transport_lost: it may have been "
-        "written; remote_stat with sha256 tells." + _NEEDS,
+        "written; remote_stat with sha256 tells." + NEEDS_AGENT,
         input_model=WriteIn,
         output_model=WriteOut,
         toolset=Toolset.EXECUTE,
@@ -360,7 +247,7 @@ SPECS: list[ToolSpec[Any, Any]] = [
         title="Patch a remote file",
         description="Replace exact text in a file: hunks [{old, new, count}] applied in order, each old "
         "occurring exactly count times (default 1). All are checked before one atomic write; a failing "
-        "hunk is a conflict naming it (details.hunk) and nothing is written." + _NEEDS,
+        "hunk is a conflict naming it (details.hunk) and nothing is written." + NEEDS_AGENT,
         input_model=PatchIn,
         output_model=PatchOut,
         toolset=Toolset.EXECUTE,
@@ -372,7 +259,8 @@ SPECS: list[ToolSpec[Any, Any]] = [
     ToolSpec(
         name="remote_mkdir",
         title="Make a remote directory",
-        description="Create a directory (parents: with missing parents, an existing one is fine)." + _NEEDS,
+        description="Create a directory (parents: with missing parents, an existing one is fine)."
+        + NEEDS_AGENT,
         input_model=MkdirIn,
         output_model=MkdirOut,
         toolset=Toolset.EXECUTE,
@@ -385,7 +273,7 @@ SPECS: list[ToolSpec[Any, Any]] = [
         name="remote_move",
         title="Move a remote path",
         description="Rename a file or directory; an existing destination is a conflict unless overwrite. "
-        "Across filesystems it is copied next to the destination, renamed, then removed." + _NEEDS,
+        "Across filesystems it is copied next to the destination, renamed, then removed." + NEEDS_AGENT,
         input_model=MoveIn,
         output_model=MoveOut,
         toolset=Toolset.EXECUTE,
@@ -398,7 +286,7 @@ SPECS: list[ToolSpec[Any, Any]] = [
         name="remote_delete",
         title="Delete a remote path",
         description="Delete a file or link; a directory only with recursive. Refuses /, the login user's "
-        "home and the target's protected_paths (and directories holding them)." + _NEEDS,
+        "home and the target's protected_paths (and directories holding them)." + NEEDS_AGENT,
         input_model=DeleteIn,
         output_model=DeleteOut,
         toolset=Toolset.TEARDOWN,

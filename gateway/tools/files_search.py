@@ -8,7 +8,7 @@ from pydantic import Field
 
 from gateway._catalog import REMOTE_READ, ToolSpec
 from gateway._context import ToolContext
-from gateway.tools.files import PathIn
+from gateway.tools.files_paths import PathIn
 from remoteops import GrepResult, ListResult
 
 __all__ = ["SPECS"]

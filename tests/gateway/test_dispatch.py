@@ -69,7 +69,7 @@ async def test_an_oversized_string_argument_is_refused_before_the_tool_runs(
         result = await client.call_tool("test_boom", {"note": "x" * 1025})
         err = _error(result)
         assert err["code"] == "validation_error"
-        assert err["details"] == {"argument": "note", "limit_bytes": 1024}
+        assert err["details"] == {"argument": "note", "limit_bytes": 1024, "use": "remote_upload"}
 
 
 @pytest.mark.anyio

@@ -107,11 +107,23 @@ async def test_utf8_reads_refuse_invalid_bytes_unless_replaced_and_keep_whole_ch
             "remote_read", {"target": "plain", "path": f"{shared_tmp}/bin", "errors": "replace"}
         )
         capped = await client.call_tool("remote_read", {"target": "plain", "path": f"{shared_tmp}/snow"})
+        lines = await client.call_tool(
+            "remote_read", {"target": "plain", "path": f"{shared_tmp}/snow", "line_count": 1}
+        )
     assert _code(strict) == "validation_error"
     assert replaced.structured_content["content"] == "ok\ufffd\ufffd"
     out = capped.structured_content
     assert (out["content"], out["length"], out["truncated"]) == ("☃" * 1365, 4095, True)
     assert out["remaining"] == 9000 - 4095
+    # one 9000-byte line: the cap cuts it, so no whole line came back (continue by bytes from 4095)
+    cut = lines.structured_content
+    assert (cut["content"], cut["line_count"], cut["truncated"], cut["more_lines"]) == (
+        "☃" * 1365,
+        0,
+        True,
+        True,
+    )
+    assert (cut["offset"], cut["length"], cut["remaining"]) == (0, 4095, 9000 - 4095)
 
 
 async def test_file_failures_map_to_not_found_conflict_privilege_policy_and_validation_codes(
@@ -145,7 +157,7 @@ async def test_file_failures_map_to_not_found_conflict_privilege_policy_and_vali
     assert _code(too_big) == "validation_error"
     error = error_payload(too_big)
     assert error is not None
-    assert error["details"]["argument"] == "content"
+    assert (error["details"]["argument"], error["details"]["use"]) == ("content", "remote_upload")
     assert (shared_tmp / "f").read_bytes() == b"one"
     assert not (shared_tmp / "g").exists()
     assert sorted(os.listdir(home)) == in_home
@@ -220,3 +232,40 @@ async def test_remote_find_and_remote_grep_through_mcp_match_their_schemas(
     ]
     assert grep.structured_content["skipped"] == [{"path": "y.bin", "reason": "binary"}]
     assert _code(bad) == "validation_error"
+
+
+async def test_remote_read_by_lines_says_which_lines_and_refuses_a_byte_range_with_them(
+    gateway_client: ClientFactory, sshd: SshdInstance, shared_tmp: Path
+) -> None:
+    content = "a = 1\nb = ☃\n\nlast".encode()  # an empty line, no final newline
+    (shared_tmp / "c.conf").write_bytes(content)
+    path = str(shared_tmp / "c.conf")
+    async with gateway_client(**_config(sshd)) as (client, _):
+        tools = {t.name: t for t in (await client.list_tools()).tools}
+        middle = await client.call_tool(
+            "remote_read", {"target": "plain", "path": path, "start_line": 2, "line_count": 2}
+        )
+        rest = await client.call_tool(
+            "remote_read", {"target": "plain", "path": path, "start_line": 4, "encoding": "base64"}
+        )
+        past = await client.call_tool("remote_read", {"target": "plain", "path": path, "start_line": 5})
+        both = await client.call_tool(
+            "remote_read", {"target": "plain", "path": path, "length": 3, "line_count": 1}
+        )
+        zero = await client.call_tool("remote_read", {"target": "plain", "path": path, "start_line": 0})
+    for result in (middle, rest, past):
+        assert result.is_error is not True, result
+        jsonschema.validate(result.structured_content, tools["remote_read"].output_schema)
+    out = middle.structured_content
+    assert (out["content"], out["offset"], out["length"]) == ("b = ☃\n\n", 6, len("b = ☃\n\n".encode()))
+    assert (out["start_line"], out["line_count"], out["more_lines"], out["past_end"]) == (2, 2, True, False)
+    assert (out["size"], out["sha256"]) == (len(content), hashlib.sha256(content).hexdigest())
+    assert base64.b64decode(rest.structured_content["content"]) == b"last"
+    assert (rest.structured_content["line_count"], rest.structured_content["more_lines"]) == (1, False)
+    assert (past.structured_content["content"], past.structured_content["past_end"]) == ("", True)
+    [shown] = [block.text for block in middle.content if isinstance(block, types.TextContent)]
+    assert shown.endswith("\nb = ☃\n\n")
+    assert (_code(both), _code(zero)) == ("validation_error", "validation_error")
+    refused = error_payload(both)
+    assert refused is not None
+    assert [e["loc"] for e in refused["details"]["errors"]] == [["line_count"]]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import shutil
 import tempfile
 from collections.abc import Iterator
@@ -11,6 +12,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from remoteops import _agent_program as proto
 from tests.remoteops.test_agent_protocol import PYTHONS, Agent, Frame, _hello, local_agent
@@ -209,3 +212,90 @@ async def test_find_and_grep_answer_on_every_supported_python(python: str, tmp_p
     assert grep[3]["skipped"] == [{"path": "d/b.bin", "reason": "binary"}]
     assert bad[3] is not None
     assert (bad[1], bad[3]["code"]) == (proto.ERROR, "bad_request")
+
+
+def _reference_lines(data: bytes, start: int, count: int | None, cap: int) -> tuple[dict[str, Any], bytes]:
+    """What a line read must answer, from a plain split of the whole content."""
+    lines = re.findall(rb"[^\n]*\n|[^\n]+$", data)
+    if start > len(lines):
+        return {
+            "offset": len(data),
+            "lines": 0,
+            "more_lines": False,
+            "past_end": True,
+            "truncated": False,
+        }, b""
+    offset = sum(map(len, lines[: start - 1]))
+    wanted = lines[start - 1 :] if count is None else lines[start - 1 : start - 1 + count]
+    fits: list[bytes] = []
+    for line in wanted:
+        if sum(map(len, fits)) + len(line) > cap:
+            break
+        fits.append(line)
+    content = b"".join(fits) if fits or not wanted else wanted[0][:cap]
+    found = {"offset": offset, "lines": len(fits), "more_lines": offset + len(content) < len(data)}
+    return {**found, "past_end": False, "truncated": len(fits) < len(wanted)}, content
+
+
+@given(
+    data=st.lists(st.sampled_from([b"a", b"bc", b"\n", b"\n", b"\xff", b"\0", b"\r"]), max_size=60).map(
+        b"".join
+    ),
+    start=st.integers(1, 25),
+    count=st.none() | st.integers(1, 10),
+    cap=st.integers(1, 40),
+    cuts=st.lists(st.integers(1, 9), max_size=60),
+)
+def test_a_line_read_answers_what_a_plain_split_gives_however_the_file_arrives_in_chunks(
+    data: bytes, start: int, count: int | None, cap: int, cuts: list[int]
+) -> None:
+    picker = proto._LinePicker(start, count, cap)
+    position = 0
+    for size in [*cuts, len(data)]:
+        picker.feed(data[position : position + size])
+        position += size
+    assert picker.result(len(data)) == _reference_lines(data, start, count, cap)
+
+
+@pytest.mark.parametrize("python", PYTHONS)
+async def test_the_agent_reads_lines_across_its_read_chunks_binary_and_without_a_final_newline(
+    python: str, tmp_path: Path
+) -> None:
+    # 1000-byte lines: line 1049 spans the agent's 1 MiB read chunk boundary (bytes 1048000..1049000)
+    big = b"".join(b"%06d" % n + b"\xff\0" * 496 + b"x\n" for n in range(1, 2101))
+    (tmp_path / "big").write_bytes(big)
+    (tmp_path / "tail").write_bytes(b"one\n\xfe\0two\nlast")
+    (tmp_path / "empty").write_bytes(b"")
+
+    def lines(name: str, start: int, count: int | None = None, cap: int = 1 << 20) -> dict[str, Any]:
+        return {"path": wire(tmp_path / name), "start_line": start, "line_count": count, "length": cap}
+
+    async with local_agent(python) as agent:
+        await _hello(agent)
+        spanning = await ask(agent, 1, proto.READ, lines("big", 1049, 2))
+        last = await ask(agent, 2, proto.READ, lines("tail", 2))
+        past = await ask(agent, 3, proto.READ, lines("tail", 4))
+        empty = await ask(agent, 4, proto.READ, lines("empty", 1))
+        capped = await ask(agent, 5, proto.READ, lines("tail", 1, None, 9))
+        long_first = await ask(agent, 6, proto.READ, lines("big", 3, 1, 10))
+        zero = await ask(agent, 7, proto.READ, lines("tail", 0))
+        mixed = await ask(agent, 8, proto.READ, {**lines("tail", 1), "offset": 2})
+    tail = b"one\n\xfe\0two\nlast"
+    whole = {"size": len(big), "sha256": hashlib.sha256(big).hexdigest()}
+    assert spanning[3] == {**whole, "offset": 1048000, "lines": 2, "more_lines": True, "past_end": False,
+                           "truncated": False}  # fmt: skip
+    assert spanning[4] == big[1048000:1050000]
+    assert (last[3] or {}).get("sha256") == hashlib.sha256(tail).hexdigest()
+    assert [(f[3] or {}).get(k) for f in (last, past, empty) for k in ("offset", "lines", "past_end")] == [
+        *(4, 2, False),
+        *(len(tail), 0, True),
+        *(0, 0, True),
+    ]
+    assert (last[4], past[4], empty[4]) == (b"\xfe\0two\nlast", b"", b"")
+    assert ((capped[3] or {}).get("truncated"), (capped[3] or {}).get("lines"), capped[4]) == (
+        True,
+        1,
+        b"one\n",
+    )
+    assert ((long_first[3] or {}).get("lines"), long_first[4]) == (0, big[2000:2010])
+    assert [(f[1], (f[3] or {}).get("code")) for f in (zero, mixed)] == [(proto.ERROR, "bad_request")] * 2
