@@ -110,10 +110,13 @@ async def test_an_unconfigured_target_is_policy_denied(
     ("target", "code"),
     [("badhostkey", "host_key_error"), ("wrongkey", "auth_error"), ("closed", "connect_error")],
 )
+@pytest.mark.parametrize("carrier", ["auto", "agent"])
 async def test_transport_failures_map_to_their_error_codes(
-    gateway_client: ClientFactory, sshd: SshdInstance, target: str, code: str
+    gateway_client: ClientFactory, sshd: SshdInstance, target: str, code: str, carrier: str
 ) -> None:
-    async with gateway_client(**_targets(sshd)) as (client, _):
+    config = _targets(sshd)
+    config["transport"]["carrier"] = carrier
+    async with gateway_client(**config) as (client, _):
         err = _err(await client.call_tool("remote_exec", {"target": target, "argv": ["true"]}))
         assert err["code"] == code
         assert err["details"]["target"] == target
