@@ -9,7 +9,7 @@ from pathlib import Path
 import anyio
 import pytest
 
-from remoteops import RemoteOps, TargetSpec, TransportSettings
+from remoteops import RemoteOps, RemoteOpsError, TargetSpec, TransportSettings
 from tests.fixtures.sshd import SshdInstance
 
 pytestmark = [pytest.mark.anyio, pytest.mark.sshd]
@@ -104,3 +104,34 @@ async def test_with_one_slot_a_privileged_command_does_not_wait_for_the_idle_age
         with anyio.move_on_after(8):
             stdout = (await ops.run("sudo", ["id", "-u"], privilege="root")).stdout
     assert stdout == "0\n"
+
+
+@pytest.mark.slow
+@pytest.mark.xfail(
+    strict=True,
+    raises=AssertionError,
+    reason="defect (remoteops/_agent_channel.py, AgentChannel._send): every sender that waits for "
+    "back-pressure replaces the shared _taken event, so the writer (and _die) wake only the last one; the "
+    "others wait until the carrier's ceiling and end as CommandTimeout",
+)
+async def test_concurrent_execs_with_stdin_beyond_the_high_water_mark_all_complete(
+    sshd: SshdInstance,
+) -> None:
+    size = 3 * 1024 * 1024  # each one alone is beyond the channel's 1 MiB of queued bytes
+    outcomes: dict[int, str] = {}
+
+    async def one(ops: RemoteOps, i: int) -> None:
+        try:
+            result = await ops.run("plain", ["wc", "-c"], stdin=b"x" * size, timeout_s=5)
+        except RemoteOpsError as exc:
+            outcomes[i] = type(exc).__name__
+        else:
+            outcomes[i] = result.stdout.strip()
+
+    async with _ops(sshd, "plain", carrier="agent", kill_after_s=1) as ops:
+        await ops.run("plain", ["true"])
+        with anyio.fail_after(60):
+            async with anyio.create_task_group() as tg:
+                for i in range(4):
+                    tg.start_soon(one, ops, i)
+    assert outcomes == {i: str(size) for i in range(4)}
