@@ -1,4 +1,5 @@
-"""The named-phase acceptance suite: ``python -m acceptance [--quick] [--out DIR] [--only PHASE ...]``.
+"""The named-phase acceptance suite: ``python -m acceptance [--quick] [--out DIR] [--only PHASE ...]``, also
+``remoteops-gateway acceptance ...`` from a source checkout (the same arguments, passed through).
 
 Exit status 0 when no phase failed (not_built and skipped-with-reason phases do not fail the run), else 1.
 """
@@ -20,8 +21,14 @@ __all__ = ["main"]
 DEFAULT_OUT = Path(__file__).resolve().parents[1] / ".cache" / "acceptance"
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m acceptance", description=__doc__.splitlines()[0])
+DESCRIPTION = (
+    "The named-phase acceptance suite: a real sshd, the real upstream and the gateway as a subprocess over "
+    "HTTP; writes a JSON and a Markdown report. Exit status 0 when no phase failed, else 1."
+)
+
+
+def main(argv: list[str] | None = None, *, prog: str = "python -m acceptance") -> int:
+    parser = argparse.ArgumentParser(prog=prog, description=DESCRIPTION)
     parser.add_argument("--quick", action="store_true", help="small N for every phase (CI); skips nothing")
     parser.add_argument(
         "--out", type=Path, default=DEFAULT_OUT, help=f"report directory (default {DEFAULT_OUT})"

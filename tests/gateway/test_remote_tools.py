@@ -9,6 +9,7 @@ import os
 import shutil
 import signal
 import tempfile
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -18,8 +19,10 @@ import jsonschema
 import pytest
 
 from gateway._dispatch import error_payload
+from tests.fixtures.procs import processes_mentioning
 from tests.fixtures.sshd import SshdInstance
 from tests.gateway.conftest import ClientFactory, read_audit
+from tests.remoteops.conftest import wait_for_line
 
 SECRET = "Planted-Secret-For-Exec-0x5eed"
 
@@ -107,10 +110,13 @@ async def test_an_unconfigured_target_is_policy_denied(
     ("target", "code"),
     [("badhostkey", "host_key_error"), ("wrongkey", "auth_error"), ("closed", "connect_error")],
 )
+@pytest.mark.parametrize("carrier", ["auto", "agent"])
 async def test_transport_failures_map_to_their_error_codes(
-    gateway_client: ClientFactory, sshd: SshdInstance, target: str, code: str
+    gateway_client: ClientFactory, sshd: SshdInstance, target: str, code: str, carrier: str
 ) -> None:
-    async with gateway_client(**_targets(sshd)) as (client, _):
+    config = _targets(sshd)
+    config["transport"]["carrier"] = carrier
+    async with gateway_client(**config) as (client, _):
         err = _err(await client.call_tool("remote_exec", {"target": target, "argv": ["true"]}))
         assert err["code"] == code
         assert err["details"]["target"] == target
@@ -283,3 +289,43 @@ async def test_a_master_killed_mid_command_is_transport_lost_and_not_rerun(
     assert counter.read_text() == "run\n"  # ran once, never replayed
     with contextlib.suppress(ProcessLookupError):  # the orphaned remote sleep (the target is this machine)
         os.kill(int(pidfile.read_text()), signal.SIGKILL)
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("carrier", ["agent", "ssh"])
+async def test_a_remote_exec_the_client_cancels_leaves_no_process_on_the_target(
+    gateway_client: ClientFactory, sshd: SshdInstance, shared_tmp: Path, carrier: str
+) -> None:
+    # The target is this machine: its /proc shows the command, the children that left its process group
+    # (setsid) and a double-forked one, all carrying the marker in their environment.
+    marker = f"rogmcpcancel-{uuid.uuid4().hex}"
+    fifo = shared_tmp / "started"
+    os.mkfifo(fifo, 0o666)
+    fifo.chmod(0o666)
+    script = 'setsid sleep 331 & (setsid sleep 332 &); echo started > "$1"; sleep 333'
+    config = _targets(sshd)
+    config["transport"]["carrier"] = carrier
+    args = {"target": "plain", "argv": ["sh", "-c", script, "x", str(fifo)], "env": {"ROG_TEST_MARK": marker}}
+    try:
+        async with gateway_client(**config) as (client, rt):
+            with anyio.fail_after(60):
+                async with anyio.create_task_group() as tg:
+
+                    async def call() -> None:
+                        await client.call_tool("remote_exec", args)
+
+                    tg.start_soon(call)
+                    assert await wait_for_line(fifo) == "started\n"
+                    running = processes_mentioning(marker, environ=True)
+                    tg.cancel_scope.cancel()  # the client abandons its request: notifications/cancelled
+                while processes_mentioning(marker, environ=True):  # noqa: ASYNC110 - the gateway kills them
+                    await anyio.sleep(0.05)
+            health = await client.call_tool("gateway_health", {})  # the gateway still answers
+            state = rt.remote.stats().carriers["plain"]
+    finally:
+        for pid in processes_mentioning(marker, environ=True):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(int(pid), signal.SIGKILL)
+    assert len(running) >= 4  # sh and its three sleeps were seen running before the cancel
+    assert health.is_error is not True
+    assert state.carrier == carrier

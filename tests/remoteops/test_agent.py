@@ -136,6 +136,26 @@ async def test_a_missing_program_is_exit_127_with_a_plain_message(peer: Peer, ca
     assert "timeout" not in result.stderr
 
 
+@pytest.mark.parametrize("carrier", ["agent", "ssh"])
+@pytest.mark.parametrize("name", ["KILL", "TERM"])
+async def test_a_command_ended_by_a_signal_reports_the_signal_by_name(
+    peer: Peer, carrier: str, name: str
+) -> None:
+    async with peer.ops(carrier=carrier) as ops:
+        with anyio.fail_after(30):
+            raw = await ops.exec_raw(peer.name, ["sh", "-c", f"echo before; kill -{name} $$; echo after"])
+            result = await ops.run(peer.name, ["sh", "-c", f"kill -{name} $$"])
+    number = int(getattr(signal, f"SIG{name}"))
+    assert raw.carrier == carrier
+    assert raw.stdout.head == b"before\n"  # ended where the signal hit it
+    assert result.signal == name
+    assert result.exit_code == 128 + number
+    assert result.timed_out is False
+    assert result.remote_killed is False  # the command's own doing, not a kill by the carrier
+    if carrier == "agent":  # the agent saw the signal itself (waitpid), not a shell's 128+N
+        assert raw.signal == name
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("carrier", ["agent", "ssh"])
 async def test_a_setsid_grandchild_is_gone_after_a_timeout_and_the_kill_is_confirmed(

@@ -36,17 +36,24 @@ def fresh_known_hosts(sshd: SshdInstance) -> Iterator[tuple[Path, Path]]:
         shutil.rmtree(work, ignore_errors=True)
 
 
-def _settings(cfg: Path) -> TransportSettings:
-    return TransportSettings(ssh_config_file=cfg, control_dir=cfg.parent / "ctl")
+def _settings(cfg: Path, carrier: str = "auto") -> TransportSettings:
+    return TransportSettings.model_validate(
+        {"ssh_config_file": cfg, "control_dir": cfg.parent / "ctl", "carrier": carrier}
+    )
 
 
+# ``agent``: the failure meets the agent's boot; ``auto``: the call goes over ssh while the agent boots
+CARRIERS = pytest.mark.parametrize("carrier", ["auto", "agent"])
+
+
+@CARRIERS
 async def test_an_unknown_host_key_is_refused_under_the_strict_default(
-    fresh_known_hosts: tuple[Path, Path],
+    fresh_known_hosts: tuple[Path, Path], carrier: str
 ) -> None:
     cfg, known = fresh_known_hosts
     target = TargetSpec(name="t", host="sshd-unknown")
-    async with RemoteOps(_settings(cfg), [target]) as ops:
-        with pytest.raises(HostKeyError) as info:
+    async with RemoteOps(_settings(cfg, carrier), [target]) as ops:
+        with anyio.fail_after(30), pytest.raises(HostKeyError) as info:
             await ops.run("t", ["true"])
     assert info.value.reason == "unknown"
     assert known.read_text() == ""
@@ -90,15 +97,21 @@ def _ssh_part(error: HostKeyError) -> list[str]:
 
 
 @pytest.mark.parametrize("mode", ["auto", "required", "off"])
+@CARRIERS
 async def test_a_changed_host_key_error_carries_sshs_whole_lines_fingerprint_and_offending_entry(
-    sshd: SshdInstance, mode: str
+    sshd: SshdInstance, mode: str, carrier: str
 ) -> None:
-    settings = TransportSettings(
-        ssh_config_file=sshd.ssh_config, control_dir=sshd.control_dir, multiplex=mode
+    settings = TransportSettings.model_validate(
+        {
+            "ssh_config_file": sshd.ssh_config,
+            "control_dir": sshd.control_dir,
+            "multiplex": mode,
+            "carrier": carrier,
+        }
     )
     target = TargetSpec(name="bad", host=sshd.alias("badhostkey"))
     async with RemoteOps(settings, [target]) as ops:
-        with pytest.raises(HostKeyError) as info:
+        with anyio.fail_after(30), pytest.raises(HostKeyError) as info:
             await ops.run("bad", ["true"])
     error = info.value
     raw = _ssh_stderr(sshd.ssh_config, sshd.alias("badhostkey"))
@@ -114,12 +127,13 @@ async def test_a_changed_host_key_error_carries_sshs_whole_lines_fingerprint_and
     assert "accept-new" in error.detail  # says that accept-new is no way out for a changed key
 
 
+@CARRIERS
 async def test_an_unknown_host_key_error_says_how_to_add_the_key_and_following_it_works(
-    fresh_known_hosts: tuple[Path, Path], sshd: SshdInstance
+    fresh_known_hosts: tuple[Path, Path], sshd: SshdInstance, carrier: str
 ) -> None:
     cfg, known = fresh_known_hosts
     target = TargetSpec(name="t", host="sshd-unknown")
-    async with RemoteOps(_settings(cfg), [target]) as ops:
+    async with RemoteOps(_settings(cfg, carrier), [target]) as ops:
         with pytest.raises(HostKeyError) as info:
             await ops.run("t", ["true"])
         error = info.value
@@ -136,4 +150,8 @@ async def test_an_unknown_host_key_error_says_how_to_add_the_key_and_following_i
         known.write_bytes(scan.stdout)
         with anyio.fail_after(30):
             result = await ops.run("t", ["echo", "enrolled"])
+        state = ops.stats().carriers["t"]
     assert (result.exit_code, result.stdout) == (0, "enrolled\n")
+    if carrier == "agent":  # the refused boot left nothing behind that keeps the agent from starting now
+        assert state.channels_started == 1
+        assert state.carrier == "agent"

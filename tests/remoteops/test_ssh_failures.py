@@ -34,11 +34,17 @@ def empty_ssh_config() -> Iterator[Path]:
 
 @pytest.mark.anyio
 @pytest.mark.parametrize("mode", ["auto", "required", "off"])
+@pytest.mark.parametrize("carrier", ["auto", "agent", "ssh"])
 async def test_a_host_name_that_does_not_resolve_is_an_unknown_target_in_every_mode(
-    empty_ssh_config: Path, mode: str
+    empty_ssh_config: Path, mode: str, carrier: str
 ) -> None:
-    settings = TransportSettings(
-        ssh_config_file=empty_ssh_config, control_dir=empty_ssh_config.parent / "c", multiplex=mode
+    settings = TransportSettings.model_validate(
+        {
+            "ssh_config_file": empty_ssh_config,
+            "control_dir": empty_ssh_config.parent / "c",
+            "multiplex": mode,
+            "carrier": carrier,
+        }
     )
     async with RemoteOps(settings, [TargetSpec(name="nowhere", host=UNRESOLVABLE)]) as ops:
         with anyio.fail_after(30), pytest.raises(UnknownTarget) as info:

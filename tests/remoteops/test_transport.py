@@ -16,6 +16,9 @@ from tests.remoteops.conftest import OpsFactory, wait_for_line
 pytestmark = [pytest.mark.anyio, pytest.mark.sshd]
 
 MODES = pytest.mark.parametrize("mode", ["auto", "required", "off"])
+# ``agent``: the failure meets the agent's boot (its session through the pool); ``auto``: the call goes over
+# ssh while the agent boots in the background
+CARRIERS = pytest.mark.parametrize("carrier", ["auto", "agent", "ssh"])
 
 
 async def wait_process_gone(pid: int) -> None:
@@ -39,30 +42,62 @@ async def master_pid(ops: RemoteOps, name: str) -> int:
 
 
 @MODES
-async def test_host_key_mismatch_raises_host_key_error(ops_factory: OpsFactory, mode: str) -> None:
-    async with ops_factory(multiplex=mode) as ops:
-        with pytest.raises(HostKeyError) as info:
+@CARRIERS
+async def test_host_key_mismatch_raises_host_key_error(
+    ops_factory: OpsFactory, mode: str, carrier: str
+) -> None:
+    async with ops_factory(multiplex=mode, carrier=carrier) as ops:
+        with anyio.fail_after(30), pytest.raises(HostKeyError) as info:
             await ops.run("badhostkey", ["true"])
         assert ops.stats().failures == {"HostKeyError": 1}
+        assert ops.stats().carriers["badhostkey"].agent_alive is False
     assert info.value.reason == "changed"
     assert info.value.target == "badhostkey"
 
 
 @MODES
-async def test_wrong_client_key_raises_auth_error(ops_factory: OpsFactory, mode: str) -> None:
-    async with ops_factory(multiplex=mode) as ops:
-        with pytest.raises(AuthError) as info:
+@CARRIERS
+async def test_wrong_client_key_raises_auth_error(ops_factory: OpsFactory, mode: str, carrier: str) -> None:
+    async with ops_factory(multiplex=mode, carrier=carrier) as ops:
+        with anyio.fail_after(30), pytest.raises(AuthError) as info:
             await ops.run("wrongkey", ["true"])
+        assert ops.stats().failures == {"AuthError": 1}
     assert info.value.target == "wrongkey"
 
 
 @MODES
-async def test_closed_port_raises_connect_error_refused(ops_factory: OpsFactory, mode: str) -> None:
-    async with ops_factory(multiplex=mode) as ops:
-        with pytest.raises(ConnectError) as info:
+@CARRIERS
+async def test_closed_port_raises_connect_error_refused(
+    ops_factory: OpsFactory, mode: str, carrier: str
+) -> None:
+    async with ops_factory(multiplex=mode, carrier=carrier) as ops:
+        with anyio.fail_after(30), pytest.raises(ConnectError) as info:
             await ops.run("closed", ["true"])
+        assert ops.stats().failures == {"ConnectError": 1}
     assert info.value.reason == "refused"
     assert info.value.retryable
+    assert info.value.target == "closed"
+
+
+@MODES
+async def test_with_carrier_agent_a_second_call_after_a_failed_boot_is_classified_the_same_way(
+    ops_factory: OpsFactory, mode: str
+) -> None:
+    # the failed boot is not remembered as "no agent here": the next call tries again and meets the same cause
+    async with ops_factory(multiplex=mode, carrier="agent") as ops:
+        with anyio.fail_after(60):
+            for _ in range(2):
+                with pytest.raises(HostKeyError):
+                    await ops.run("badhostkey", ["true"])
+                with pytest.raises(AuthError):
+                    await ops.run("wrongkey", ["true"])
+            result = await ops.run("plain", ["echo", "fine"])
+        stats = ops.stats()
+    assert stats.failures == {"HostKeyError": 2, "AuthError": 2}
+    assert stats.carriers["badhostkey"].mode == "agent"
+    assert stats.carriers["badhostkey"].channels_started == 0
+    assert result.stdout == "fine\n"
+    assert stats.carriers["plain"].carrier == "agent"
 
 
 async def test_off_mode_runs_without_a_master(ops_factory: OpsFactory) -> None:
