@@ -74,6 +74,7 @@ class AgentCarrier:
         self._root_started: dict[str, int] = {}
         self._root_used: dict[str, CarrierName] = {}  # target name -> the carrier of its last root command
         self._root_fallback: dict[str, str] = {}  # target name -> why its root commands use ssh
+        pool.reclaim = self._reclaim_idle
 
     # -- choice and state ---------------------------------------------------------------------------
     def mode(self, target: TargetSpec) -> CarrierMode:
@@ -411,6 +412,16 @@ class AgentCarrier:
                 if channels.get(victim.target.name) is victim:
                     channels.pop(victim.target.name)
             await victim.close()
+
+    async def _reclaim_idle(self, key: str) -> None:
+        """Every slot of ``key`` is taken and a session (ssh command, transfer, another channel) wants one:
+        an idle channel on that identity closes and gives its slot back; it starts again on demand."""
+        for channels in (self._channels, self._root):
+            for name, channel in list(channels.items()):
+                if channel.key == key and channel.inflight == 0 and channel.usable:
+                    channels.pop(name)
+                    await channel.close()
+                    return
 
     async def aclose(self) -> None:
         """Close every channel (their agents kill what they started and exit); shielded and bounded."""

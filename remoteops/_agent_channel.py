@@ -352,8 +352,7 @@ class AgentChannel:
             pending.queued = True
         self._wake_writer.set()
         while self._queued > _HIGH_WATER and not self._dead:  # back-pressure for big stdin payloads
-            self._taken = anyio.Event()
-            await self._taken.wait()
+            await self._taken.wait()  # shared by every waiting sender: the writer wakes them all
 
     async def _write(self, proc: anyio.abc.Process) -> None:
         """The one writer: everything queued since its last write goes out in one write (bursts of
@@ -375,7 +374,8 @@ class AgentChannel:
                     if pending.queued:
                         pending.written = True  # from here on the request may reach the agent
                     parts.append(data)
-                self._taken.set()
+                taken, self._taken = self._taken, anyio.Event()
+                taken.set()
                 if parts:
                     await proc.stdin.send(b"".join(parts))
         except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):

@@ -16,7 +16,7 @@ import hashlib
 import os
 import time
 from collections import Counter, OrderedDict
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 
 import anyio
@@ -67,6 +67,9 @@ class MasterPool:
         self._sems: dict[str, anyio.Semaphore] = {}
         self._failed_at: dict[str, float] = {}
         self.counters: Counter[str] = Counter()
+        # Set by the agent carrier: when every slot of an identity is taken, an idle agent channel on it
+        # (no request in flight) closes and gives its slot back, instead of holding it for agent_idle_s.
+        self.reclaim: Callable[[str], Awaitable[None]] | None = None
 
     def key_for(self, target: TargetSpec, identity: TargetIdentity) -> str:
         raw = f"{identity.identity_hash}|{target.host_key_policy}|{self._settings.ssh_binary}"
@@ -99,7 +102,10 @@ class MasterPool:
     async def channel(self, target: TargetSpec, identity: TargetIdentity) -> AsyncIterator[Master | None]:
         """Hold one channel slot for the target; yield the master to use (None: one-shot connection)."""
         key = self.key_for(target, identity)
-        async with self.semaphore(key):
+        sem = self.semaphore(key)
+        if sem.value == 0 and self.reclaim is not None:
+            await self.reclaim(key)
+        async with sem:
             master = await self._acquire(target, key) if self._settings.multiplex != "off" else None
             if master is None:
                 yield None

@@ -89,12 +89,6 @@ async def test_with_one_slot_an_auto_target_without_python3_still_falls_back_to_
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="defect (remoteops/_agent_carrier.py): privileged commands always go over ssh, whose session "
-    "waits for the only slot, held by the idle agent until agent_idle_s (300 s by default)",
-)
 async def test_with_one_slot_a_privileged_command_does_not_wait_for_the_idle_agents_slot(
     sshd: SshdInstance,
 ) -> None:
@@ -107,13 +101,6 @@ async def test_with_one_slot_a_privileged_command_does_not_wait_for_the_idle_age
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="defect (remoteops/_agent_channel.py, AgentChannel._send): every sender that waits for "
-    "back-pressure replaces the shared _taken event, so the writer (and _die) wake only the last one; the "
-    "others wait until the carrier's ceiling and end as CommandTimeout",
-)
 async def test_concurrent_execs_with_stdin_beyond_the_high_water_mark_all_complete(
     sshd: SshdInstance,
 ) -> None:
