@@ -302,7 +302,8 @@ async def test_a_remote_exec_the_client_cancels_leaves_no_process_on_the_target(
     fifo = shared_tmp / "started"
     os.mkfifo(fifo, 0o666)
     fifo.chmod(0o666)
-    script = 'setsid sleep 331 & (setsid sleep 332 &); echo started > "$1"; sleep 333'
+    # every process is forked before "started" is written (a foreground sleep after it may not be yet)
+    script = 'setsid sleep 331 & (setsid sleep 332 &); sleep 333 & echo started > "$1"; wait'
     config = _targets(sshd)
     config["transport"]["carrier"] = carrier
     args = {"target": "plain", "argv": ["sh", "-c", script, "x", str(fifo)], "env": {"ROG_TEST_MARK": marker}}
