@@ -217,7 +217,7 @@ SPECS: list[ToolSpec[Any, Any]] = [
         name="remote_stat",
         title="Stat a remote path",
         description="Type, size, mode, owner, group, mtime and symlink target of a path on a target "
-        "(optionally the content's SHA-256; sha256_error says why it is missing, e.g. permission_denied). "
+        "(optionally the content's SHA-256; sha256_error says why it is missing, such as permission_denied). "
         "Paths are data: any bytes, via path_b64." + NEEDS_AGENT,
         input_model=StatIn,
         output_model=StatOut,
