@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import re
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager
@@ -9,6 +11,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 import anyio
+import anyio.abc
 import httpx
 import pytest
 from mcp.server.auth.provider import AccessToken
@@ -423,3 +426,60 @@ async def test_the_http_apps_shutdown_closes_the_verifiers_client(
             assert idp.introspection_requests == 1
             assert [c.is_closed for c in counted_clients] == [False]
     assert [c.is_closed for c in counted_clients] == [True]
+
+
+async def test_a_verification_waiting_on_a_cancelled_ones_introspection_asks_itself(tmp_path: Path) -> None:
+    # An authorization server of the test's own on loopback: it holds the first request unanswered (the
+    # asker is then cancelled) and answers the second; without the hand-over the waiting verification
+    # would end with the cancelled one's "no answer" and never ask.
+    answer = json.dumps({"active": True, "iss": "http://127.0.0.1:1/issuer", "aud": RESOURCE, "sub": "bob",
+                         "scope": "remoteops:inspect", "exp": int(time.time()) + 600}).encode()  # fmt: skip
+    arrived: list[anyio.Event] = [anyio.Event(), anyio.Event()]
+
+    async def serve(stream: anyio.abc.SocketStream) -> None:
+        async with stream:
+            index = sum(e.is_set() for e in arrived)
+            request = b""
+            while b"\r\n\r\n" not in request:
+                request += await stream.receive()
+            headers, _, body = request.partition(b"\r\n\r\n")
+            length = int(re.search(rb"(?i)content-length: *(\d+)", headers).group(1))  # type: ignore[union-attr]
+            while len(body) < length:
+                body += await stream.receive()
+            arrived[index].set()
+            if index == 0:
+                await anyio.sleep_forever()  # held: the asker is cancelled while waiting
+            head = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nConnection: close\r\n"
+            await stream.send(head + b"Content-Length: %d\r\n\r\n" % len(answer) + answer)
+
+    listener = await anyio.create_tcp_listener(local_host="127.0.0.1")
+    port = listener.extra(anyio.abc.SocketAttribute.local_port)  # noqa: S610 - anyio's attribute, no SQL
+    cfg = OAuthSettings(
+        issuer="http://127.0.0.1:1/issuer", introspection_url=f"http://127.0.0.1:{port}/introspect"
+    )
+    got: list[AccessToken | None] = []
+    answered = anyio.Event()
+    async with listener, OAuthVerifier(cfg, resource=RESOURCE) as verifier:
+        with anyio.fail_after(20):
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(listener.serve, serve)
+                first = anyio.CancelScope()
+
+                async def cancelled() -> None:
+                    with first:
+                        await verifier.verify_token("opaque-token")
+
+                async def waiting() -> None:
+                    got.append(await verifier.verify_token("opaque-token"))
+                    answered.set()
+
+                tg.start_soon(cancelled)
+                await arrived[0].wait()  # the first verification's request is at the server
+                tg.start_soon(waiting)
+                await anyio.wait_all_tasks_blocked()  # the second waits on the first's request
+                assert not arrived[1].is_set()
+                first.cancel()
+                await arrived[1].wait()  # and, the first cancelled, asks itself
+                await answered.wait()
+                tg.cancel_scope.cancel()
+    assert [t.subject if t else None for t in got] == ["bob"]
