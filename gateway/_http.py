@@ -25,9 +25,12 @@ from __future__ import annotations
 import hmac
 import ipaddress
 import secrets
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
+import anyio
 from mcp.server.auth.provider import AccessToken, TokenVerifier
 from mcp.server.auth.routes import build_resource_metadata_url, create_protected_resource_routes
 from mcp.server.auth.settings import AuthSettings as SdkAuthSettings
@@ -47,6 +50,9 @@ from gateway._runtime import Runtime
 from gateway._server import GatewayServer
 from gateway.config import Settings
 from remoteops import atomic_write
+
+if TYPE_CHECKING:
+    from gateway._oauth import OAuthVerifier
 
 __all__ = [
     "StaticTokenVerifier",
@@ -171,7 +177,7 @@ def _security(settings: Settings) -> TransportSecuritySettings:
     )
 
 
-def _oauth_auth(settings: Settings, url: str, redactor: Redactor) -> tuple[SdkAuthSettings, TokenVerifier]:
+def _oauth_auth(settings: Settings, url: str, redactor: Redactor) -> tuple[SdkAuthSettings, OAuthVerifier]:
     # Imported here: httpx and the JOSE library are loaded only when OAuth is configured (start-up cost).
     from gateway._oauth import OAuthVerifier
 
@@ -223,6 +229,22 @@ def _oauth_routes(
     )
 
 
+def _close_at_shutdown(app: Starlette, verifier: OAuthVerifier) -> None:
+    """The verifier's HTTP client lives as long as the app: closed when its lifespan ends."""
+    inner = app.router.lifespan_context
+
+    @asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[Any]:
+        try:
+            async with inner(app) as state:
+                yield state
+        finally:
+            with anyio.CancelScope(shield=True), anyio.move_on_after(5):
+                await verifier.aclose()
+
+    app.router.lifespan_context = lifespan
+
+
 def build_http_app(
     server: GatewayServer,
     settings: Settings,
@@ -246,8 +268,10 @@ def build_http_app(
     url = public_url(settings, port)
     auth = None
     verifier: TokenVerifier | None = None
+    oauth: OAuthVerifier | None = None
     if settings.auth.mode == "oauth":
-        auth, verifier = _oauth_auth(settings, url, redactor)
+        auth, oauth = _oauth_auth(settings, url, redactor)
+        verifier = oauth
     elif token is not None:
         # The SDK's bearer middleware, configured as a plain resource: without resource_server_url it
         # neither serves RFC 9728 metadata nor puts resource_metadata= into the 401's WWW-Authenticate.
@@ -276,5 +300,7 @@ def build_http_app(
     )
     if settings.auth.mode == "oauth" and auth is not None:
         _oauth_routes(app, server, settings, auth, runtime)
+    if oauth is not None:
+        _close_at_shutdown(app, oauth)
     proxy.wrap(app)
     return TrimHeaderWhitespace(proxy)

@@ -10,7 +10,15 @@ made-up ``kid`` values cannot turn the gateway into a load generator against its
 
 A token that is not a JWT goes to RFC 7662 introspection when ``introspection_url`` is set; an active
 answer is cached (keyed by the token's SHA-256, never the token) for the token's remaining life, at most
-``introspection_cache_max_s``, and at most ``introspection_cache_max`` entries.
+``introspection_cache_max_s``, and at most ``introspection_cache_max`` entries. A refusal (inactive, or
+active but wrong issuer, audience, times) is cached too, for ``introspection_negative_cache_s`` in its own
+table of at most ``introspection_cache_max`` entries, so a client retrying a revoked or made-up token does
+not ask the authorization server on every request (a failed request — unreachable, an error status — is
+not cached). Concurrent verifications of one uncached token share one introspection request.
+
+One ``httpx.AsyncClient`` (its connection pool) serves the verifier's JWKS and introspection requests for
+its lifetime, made on first use; :meth:`OAuthVerifier.aclose` closes it (the HTTP app's lifespan does, at
+shutdown).
 
 Any failure (bad token, unreachable IdP) is "no token" for the middleware: 401 with ``invalid_token``.
 Reasons are logged by name only, never with the token.
@@ -23,7 +31,7 @@ import json
 import time
 from collections import OrderedDict
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Self
 
 import anyio
 import httpx
@@ -50,9 +58,11 @@ class JwksCache:
         min_refresh_s: float,
         max_age_s: float,
         timeout_s: float,
+        http: Callable[[], httpx.AsyncClient],
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._url = url
+        self._http = http
         self._clock = clock
         self._min_refresh_s = min_refresh_s
         self._max_age_s = max_age_s
@@ -80,10 +90,9 @@ class JwksCache:
         self.fetches += 1
         try:
             body = bytearray()
-            async with (
-                httpx.AsyncClient(timeout=self._timeout_s, follow_redirects=False) as client,
-                client.stream("GET", self._url, headers={"Accept": "application/json"}) as response,
-            ):
+            async with self._http().stream(
+                "GET", self._url, headers={"Accept": "application/json"}, timeout=self._timeout_s
+            ) as response:
                 response.raise_for_status()
                 async for chunk in response.aiter_bytes():
                     body += chunk
@@ -124,8 +133,18 @@ def _groups(claims: dict[str, Any], claim: str) -> list[str]:
     return [g for g in value if isinstance(g, str)] if isinstance(value, list) else []
 
 
+class _Flight:
+    """One introspection request in progress, awaited by every other verification of the same token."""
+
+    def __init__(self) -> None:
+        self.done = anyio.Event()
+        self.answered = False
+        self.result: AccessToken | None = None
+
+
 class OAuthVerifier(TokenVerifier):
-    """JWT (JWKS) or introspected access tokens of one issuer, for one resource."""
+    """JWT (JWKS) or introspected access tokens of one issuer, for one resource. Holds one HTTP client for
+    its lifetime: close it with :meth:`aclose` (or ``async with``)."""
 
     def __init__(
         self,
@@ -139,18 +158,42 @@ class OAuthVerifier(TokenVerifier):
         self.resource = resource
         self._audiences = [resource.removesuffix("/"), resource.removesuffix("/") + "/"]
         self._secret = introspection_secret
+        self._clock = clock
+        self._client: httpx.AsyncClient | None = None
         self.jwks = (
             JwksCache(
                 cfg.jwks_url,
                 min_refresh_s=cfg.jwks_min_refresh_s,
                 max_age_s=cfg.jwks_max_age_s,
                 timeout_s=cfg.http_timeout_s,
+                http=self._http,
                 clock=clock,
             )
             if cfg.jwks_url
             else None
         )
         self._introspected: OrderedDict[str, tuple[AccessToken, float]] = OrderedDict()
+        self._refused: OrderedDict[str, float] = OrderedDict()
+        """Token digest → (``clock``) time until which its introspection refusal stands."""
+        self._flights: dict[str, _Flight] = {}
+
+    def _http(self) -> httpx.AsyncClient:
+        """The verifier's one client (made on first use: building it costs tens of milliseconds)."""
+        if self._client is None:
+            self._client = httpx.AsyncClient(timeout=self._cfg.http_timeout_s, follow_redirects=False)
+        return self._client
+
+    async def aclose(self) -> None:
+        """Close the HTTP client (a later verification would make a new one)."""
+        client, self._client = self._client, None
+        if client is not None:
+            await client.aclose()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(self, *_: object) -> None:
+        await self.aclose()
 
     async def verify_token(self, token: str) -> AccessToken | None:
         if self.jwks is not None and token.count(".") == 2:
@@ -220,33 +263,69 @@ class OAuthVerifier(TokenVerifier):
 
     async def _introspect(self, token: str) -> AccessToken | None:
         digest = hashlib.sha256(token.encode("utf-8")).hexdigest()
-        now = time.time()
-        cached = self._introspected.get(digest)
-        if cached is not None:
-            if cached[1] > now:
-                return cached[0]
+        while True:
+            known, result = self._cached(digest)
+            if known:
+                return result
+            flight = self._flights.get(digest)
+            if flight is None:
+                break
+            await flight.done.wait()  # bounded: that request is under http_timeout_s
+            if flight.answered:
+                return flight.result
+            # its caller was cancelled before an answer: ask again (the loop finds a newer flight or none)
+        flight = self._flights[digest] = _Flight()
+        try:
+            flight.result = await self._introspect_now(token, digest)
+            flight.answered = True
+        finally:
+            del self._flights[digest]
+            flight.done.set()
+        return flight.result
+
+    def _cached(self, digest: str) -> tuple[bool, AccessToken | None]:
+        """(known, the cached answer): an unexpired acceptance, or a refusal still inside its TTL."""
+        accepted = self._introspected.get(digest)
+        if accepted is not None:
+            if accepted[1] > time.time():
+                return True, accepted[0]
             del self._introspected[digest]
+        refused_until = self._refused.get(digest)
+        if refused_until is not None:
+            if refused_until > self._clock():
+                _log.info("token_rejected", reason="refused_recently")
+                return True, None
+            del self._refused[digest]
+        return False, None
+
+    async def _introspect_now(self, token: str, digest: str) -> AccessToken | None:
+        now = time.time()
         answer = await self._ask_introspection(token)
         if answer is None:
-            return None
+            return None  # no answer (unreachable, an error status): nothing learnt, nothing cached
         result = self._check_introspection(token, answer, now)
-        if result is not None and self._cfg.introspection_cache_max > 0:
+        limit = self._cfg.introspection_cache_max
+        if result is None:
+            if limit > 0 and self._cfg.introspection_negative_cache_s > 0:
+                self._refused[digest] = self._clock() + self._cfg.introspection_negative_cache_s
+                while len(self._refused) > limit:
+                    self._refused.popitem(last=False)
+        elif limit > 0:
             until = min(float(result.expires_at or now), now + self._cfg.introspection_cache_max_s)
             self._introspected[digest] = (result, until)
-            while len(self._introspected) > self._cfg.introspection_cache_max:
+            while len(self._introspected) > limit:
                 self._introspected.popitem(last=False)
         return result
 
     async def _ask_introspection(self, token: str) -> dict[str, Any] | None:
         auth = httpx.BasicAuth(self._cfg.introspection_client_id, self._secret) if self._secret else None
         try:
-            async with httpx.AsyncClient(timeout=self._cfg.http_timeout_s, follow_redirects=False) as client:
-                response = await client.post(
-                    self._cfg.introspection_url,
-                    data={"token": token, "token_type_hint": "access_token"},
-                    auth=auth if auth is not None else httpx.USE_CLIENT_DEFAULT,
-                    headers={"Accept": "application/json"},
-                )
+            response = await self._http().post(
+                self._cfg.introspection_url,
+                data={"token": token, "token_type_hint": "access_token"},
+                auth=auth if auth is not None else httpx.USE_CLIENT_DEFAULT,
+                headers={"Accept": "application/json"},
+            )
             response.raise_for_status()
             answer = response.json()
         except (httpx.HTTPError, ValueError) as exc:

@@ -138,6 +138,8 @@ class OAuthSettings(BaseModel):
     jwks_max_age_s: Annotated[float, Field(ge=60, le=86400)] = 3600.0
     introspection_cache_max: Annotated[int, Field(ge=0, le=100_000)] = 1024
     introspection_cache_max_s: Annotated[float, Field(ge=0, le=3600)] = 300.0
+    introspection_negative_cache_s: Annotated[float, Field(ge=0, le=300)] = 5.0
+    """How long a refused token (inactive, or not for this resource) is refused without asking again."""
     http_timeout_s: Annotated[float, Field(gt=0, le=60)] = 5.0
     group_claim: str = "groups"
     """Claim holding the caller's groups (for ``auth.grants[].group``)."""

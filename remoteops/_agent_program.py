@@ -42,16 +42,17 @@ Kinds, gateway → agent:
   stream's last; the RESULT then carries only the totals), paced by ``CREDIT`` ``{bytes}`` frames from the
   gateway so a slow consumer never makes the agent buffer without bound.
 * File primitives (issue 11), each answered by one RESULT or ERROR, synchronously (see "file primitives"
-  below): ``STAT`` {path, hash?, follow?}, ``READ`` {path, offset, length} → data = the bytes, meta = the
-  whole file's size and sha256 (or {path, start_line, line_count?, length}: whole lines from start_line on,
-  at most length bytes → meta adds the lines' byte offset, lines, more_lines, past_end, truncated),
-  ``WRITE`` {path, mode?, expected_sha256?, if_exists} with the content as the frame's data (temporary
-  file in the same directory, fsync, rename, directory fsync), ``HASH`` {path}, ``LIST``/``FIND`` {path,
-  depth, limit, hidden, name?, type?, size and mtime bounds}, ``GREP`` {path, pattern, include, exclude,
-  context, max_matches, max_bytes}, ``MKDIR`` {path, parents, mode}, ``MOVE`` {source, destination,
-  overwrite}, ``DELETE`` {path, recursive, protected}. Reserved for server-side waits (issue 12): ``WAIT``
-  {pid | path | pattern, until} answered when the condition holds or its bound passes. Today an agent
-  answers it with ERROR {code: "unsupported"}, so a newer gateway can tell what an older agent lacks.
+  below): ``STAT`` {path, hash?, follow?} (with hash: sha256, or null and sha256_error naming why),
+  ``READ`` {path, offset, length} → data = the bytes, meta = the whole file's size and sha256 (or {path,
+  start_line, line_count?, length}: whole lines from start_line on, at most length bytes → meta adds the
+  lines' byte offset, lines, more_lines, past_end, truncated), ``WRITE`` {path, mode?, expected_sha256?,
+  if_exists} with the content as the frame's data (temporary file in the same directory, fsync, rename,
+  directory fsync), ``HASH`` {path}, ``LIST``/``FIND`` {path, depth, limit, hidden, name?, type?, size and
+  mtime bounds}, ``GREP`` {path, pattern, include, exclude, context, max_matches, max_bytes}, ``MKDIR``
+  {path, parents, mode?} → {created, mode}, ``MOVE`` {source, destination, overwrite}, ``DELETE`` {path,
+  recursive, protected}. Reserved for server-side waits (issue 12): ``WAIT`` {pid | path | pattern, until}
+  answered when the condition holds or its bound passes. Today an agent answers it with ERROR {code:
+  "unsupported"}, so a newer gateway can tell what an older agent lacks.
 
 Kinds, agent → gateway: ``RESULT`` and ``ERROR`` {code, message} (final), ``STARTED``, and reserved
 ``OUTPUT`` {stream, offset} (a chunk of a process's output as it arrives; END on the last) and
@@ -655,9 +656,20 @@ def _file_stat(meta: dict[str, Any], data: bytes) -> tuple[dict[str, Any], bytes
     st = os.stat(path) if meta.get("follow") else os.lstat(path)
     info = _describe(path, st)
     info["sha256"] = None
-    if meta.get("hash") and info["type"] in ("file", "symlink"):
-        with contextlib.suppress(_FileRefusal):
+    if meta.get("hash") and info["type"] not in ("file", "symlink"):
+        info["sha256_error"] = "not_a_regular_file"
+    elif meta.get("hash"):
+        # the metadata is answered whatever stops the hash; sha256_error says what did
+        try:
             info["sha256"] = _current_sha256(path)
+            if info["sha256"] is None:
+                info["sha256_error"] = "not_found"  # a dangling link
+        except _FileRefusal:
+            info["sha256_error"] = "not_a_regular_file"
+        except PermissionError:
+            info["sha256_error"] = "permission_denied"
+        except OSError as exc:
+            info["sha256_error"] = errno.errorcode.get(exc.errno or 0, "EIO")
     return info, b""
 
 
@@ -1053,19 +1065,59 @@ def _file_grep(meta: dict[str, Any], data: bytes) -> tuple[dict[str, Any], bytes
     return out, b""
 
 
+def _set_new_dir_mode(path: bytes, mode: int) -> None:
+    """``mode`` exactly on a directory this request just made, through a descriptor of that directory
+    (never following a link put in its place)."""
+    flags = os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_NOFOLLOW", 0)
+    try:
+        fd = os.open(path, flags)
+    except PermissionError:  # the mode gives even the owner no read permission: by name, then
+        os.chmod(path, mode)
+        return
+    try:
+        os.fchmod(fd, mode)
+    finally:
+        os.close(fd)
+
+
 def _file_mkdir(meta: dict[str, Any], data: bytes) -> tuple[dict[str, Any], bytes]:
+    """A directory. With ``mode`` it gets exactly that mode, like ``mkdir -m``: made with it under a zero
+    umask, then, where mkdir(2) could not give it (Linux ignores setgid in its mode and a setgid parent
+    passes its setgid bit on; setuid), set with fchmod. Without ``mode``: the kernel's default (0777 less
+    the umask, setgid inherited from a setgid parent). Missing parents (``parents``) get the default, as
+    with ``mkdir -p -m``; a directory already there is left as it is. Answers whether this request made
+    the directory and the mode it has now."""
     path = _path(meta)
-    mode = int(meta.get("mode", 0o777)) & 0o7777
+    mode = meta.get("mode")
+    if mode is not None and (not isinstance(mode, int) or not 0 <= mode <= 0o7777):
+        raise _FileRefusal("bad_request", "mode must be a number in 0..0o7777")
+    parents = bool(meta.get("parents"))
     if os.path.lexists(path):
-        if meta.get("parents") and os.path.isdir(path):
-            return {"created": False}, b""
+        if parents and os.path.isdir(path):
+            return {"created": False, "mode": os.stat(path).st_mode & 0o7777}, b""
         raise _FileRefusal("conflict", "the path exists", reason="exists", path=wire_text(path))
-    if meta.get("parents"):
-        os.makedirs(path, mode)
-    else:
-        os.mkdir(path, mode)
+    head, tail = os.path.split(path)
+    if not tail:  # "a/b/"
+        head = os.path.split(head)[0]
+    if parents and head and not os.path.isdir(head):
+        os.makedirs(head, exist_ok=True)  # the default mode, the umask applied
+    try:
+        if mode is None:
+            os.mkdir(path)
+        else:
+            umask = os.umask(0)
+            try:
+                os.mkdir(path, mode & 0o1777)  # the permission bits and sticky; setgid is ignored
+            finally:
+                os.umask(umask)
+            if os.lstat(path).st_mode & 0o7777 != mode:
+                _set_new_dir_mode(path, mode)
+    except FileExistsError:
+        if parents and os.path.isdir(path):  # made by someone else since the check: mkdir -p is content
+            return {"created": False, "mode": os.stat(path).st_mode & 0o7777}, b""
+        raise
     _fsync_dir(os.path.dirname(os.path.abspath(path)))
-    return {"created": True}, b""
+    return {"created": True, "mode": os.lstat(path).st_mode & 0o7777}, b""
 
 
 def _copy_tree(source: bytes, destination: bytes) -> None:

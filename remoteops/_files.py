@@ -71,7 +71,9 @@ class RemoteFiles:
         self, target: str, path: PathArg, *, sha256: bool = False, follow: bool = False
     ) -> FileInfo:
         """Type, size, mode, owner, mtime and link target of ``path`` (a link itself unless ``follow``);
-        ``sha256`` adds the content's SHA-256 for a regular file (or a link to one)."""
+        ``sha256`` adds the content's SHA-256 for a regular file (or a link to one). The metadata needs
+        only search permission: when the content cannot be hashed (a file the login user may see but not
+        read, not a regular file) ``sha256`` is None and ``sha256_error`` says why."""
         wire = w.wire(path)
         meta, _ = await self._call(target, proto.STAT, {"path": wire, "hash": sha256, "follow": follow})
         with w.malformed(target):
@@ -137,7 +139,8 @@ class RemoteFiles:
         expected_sha256: str | None = None,
     ) -> WriteResult:
         """Replace (or create) a regular file atomically; an existing file keeps its mode and owner (where
-        permitted) unless ``mode`` is given, a new one gets ``mode`` or the umask's default."""
+        permitted) unless ``mode`` is given, a new one gets ``mode`` or the umask's default. A ``mode`` is
+        set exactly (fchmod after the owner: setuid, setgid and sticky bits included, no umask)."""
         if mode is not None and not 0 <= mode <= 0o7777:
             raise InvalidRequest(field="mode", reason="not a permission mode (0..0o7777)")
         if expected_sha256 is not None and (
@@ -183,16 +186,23 @@ class RemoteFiles:
             )
 
     async def mkdir(
-        self, target: str, path: PathArg, *, parents: bool = False, mode: int = 0o777
+        self, target: str, path: PathArg, *, parents: bool = False, mode: int | None = None
     ) -> MkdirResult:
-        """A directory (``parents``: with missing parents, and no conflict when it exists)."""
-        if not 0 <= mode <= 0o7777:
+        """A directory (``parents``: with missing parents, and no conflict when it exists). Like ``mkdir
+        -m``, a ``mode`` is the mode the new directory gets, exactly: setgid, setuid and sticky bits
+        included, the umask not applied (set after creation: mkdir(2) drops setgid and applies the umask).
+        Without ``mode`` it gets the default (0777 less the umask). Missing parents always get the default
+        and a directory that was already there is left as it is (``created`` false); ``mode`` in the result
+        is the directory's mode now."""
+        if mode is not None and not 0 <= mode <= 0o7777:
             raise InvalidRequest(field="mode", reason="not a permission mode (0..0o7777)")
         wire = w.wire(path)
         meta, _ = await self._call(target, proto.MKDIR, {"path": wire, "parents": parents, "mode": mode})
         text, b64 = shown_path(proto.wire_bytes(wire))
         with w.malformed(target):
-            return MkdirResult(path=text, path_b64=b64, created=bool(meta["created"]))
+            return MkdirResult(
+                path=text, path_b64=b64, created=bool(meta["created"]), mode=f"{int(meta['mode']):04o}"
+            )
 
     async def move(
         self, target: str, source: PathArg, destination: PathArg, *, overwrite: bool = False

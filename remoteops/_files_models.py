@@ -55,6 +55,11 @@ class FileInfo(BaseModel):
     mtime: float = Field(description="Modification time, seconds since the epoch.")
     symlink_target: str | None = None
     sha256: str | None = Field(None, description="SHA-256 of the content (regular files, when asked).")
+    sha256_error: str | None = Field(
+        None,
+        description="Why sha256 is null although it was asked: permission_denied (the file can be seen but "
+        "not read), not_a_regular_file, not_found (a dangling link), or an errno name.",
+    )
 
 
 class FileContent(BaseModel):
@@ -112,7 +117,11 @@ class MkdirResult(BaseModel):
 
     path: str
     path_b64: str | None = None
-    created: bool
+    created: bool = Field(description="This call made the directory (false: it was there, parents mode).")
+    mode: str = Field(
+        description="The directory's permission bits now, in octal (e.g. '2775'): the mode asked, exactly, "
+        "when this call made it (the kernel clears setgid for a group the login user is not in)."
+    )
 
 
 class MoveResult(BaseModel):

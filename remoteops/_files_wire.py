@@ -57,6 +57,7 @@ def info(meta: dict[str, Any], path: str) -> FileInfo:
         mtime=float(meta["mtime"]),
         symlink_target=shown(target),
         sha256=meta.get("sha256"),
+        sha256_error=meta.get("sha256_error"),
     )
 
 

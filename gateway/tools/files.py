@@ -32,7 +32,10 @@ __all__ = ["SPECS"]
 
 
 class StatIn(PathIn):
-    sha256: bool = Field(False, description="Also compute the SHA-256 of a regular file's content.")
+    sha256: bool = Field(
+        False, description="Also compute the SHA-256 of a regular file's content (a file that cannot be "
+        "read still gets its metadata: sha256 null, sha256_error permission_denied).",
+    )  # fmt: skip
     follow: bool = Field(False, description="Describe what a symlink points to instead of the link.")
 
 
@@ -40,8 +43,9 @@ class WriteIn(PathIn):
     content: str = Field(description="The new content, encoded as encoding says.")
     encoding: Literal["utf-8", "base64"] = "utf-8"
     mode: int | None = Field(
-        None, ge=0, le=0o7777, description="Permission bits as a number (e.g. 420 = 0o644); default: "
-        "an existing file keeps its mode, a new one gets the umask's default.",
+        None, ge=0, le=0o7777, description="Permission bits as a number (e.g. 420 = 0o644), set exactly "
+        "(setuid/setgid/sticky included, no umask); default: an existing file keeps its mode, a new one "
+        "gets the umask's default.",
     )  # fmt: skip
     if_exists: Literal["overwrite", "fail"] = "overwrite"
     expected_sha256: str | None = Field(
@@ -92,7 +96,12 @@ class StatOut(FileInfo):
 
 class MkdirIn(PathIn):
     parents: bool = Field(False, description="Create missing parents; an existing directory is fine.")
-    mode: int = Field(0o777, ge=0, le=0o7777, description="Permission bits (the umask applies).")
+    mode: int | None = Field(
+        None, ge=0, le=0o7777, description="Permission bits as a number (e.g. 1533 = 0o2775): the new "
+        "directory gets exactly this mode, setgid/setuid/sticky included and the umask not applied, like "
+        "mkdir -m. Default: 0o777 less the umask. Missing parents get the default; an existing directory "
+        "is left as it is.",
+    )  # fmt: skip
 
 
 class MkdirOut(MkdirResult):
@@ -208,7 +217,8 @@ SPECS: list[ToolSpec[Any, Any]] = [
         name="remote_stat",
         title="Stat a remote path",
         description="Type, size, mode, owner, group, mtime and symlink target of a path on a target "
-        "(optionally the content's SHA-256). Paths are data: any bytes, via path_b64." + NEEDS_AGENT,
+        "(optionally the content's SHA-256; sha256_error says why it is missing, such as permission_denied). "
+        "Paths are data: any bytes, via path_b64." + NEEDS_AGENT,
         input_model=StatIn,
         output_model=StatOut,
         handler=remote_stat,
@@ -259,8 +269,8 @@ SPECS: list[ToolSpec[Any, Any]] = [
     ToolSpec(
         name="remote_mkdir",
         title="Make a remote directory",
-        description="Create a directory (parents: with missing parents, an existing one is fine)."
-        + NEEDS_AGENT,
+        description="Create a directory (parents: with missing parents, an existing one is fine). A mode "
+        "is applied exactly, setgid and sticky included (like mkdir -m)." + NEEDS_AGENT,
         input_model=MkdirIn,
         output_model=MkdirOut,
         toolset=Toolset.EXECUTE,

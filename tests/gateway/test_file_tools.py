@@ -163,6 +163,39 @@ async def test_file_failures_map_to_not_found_conflict_privilege_policy_and_vali
     assert sorted(os.listdir(home)) == in_home
 
 
+async def test_remote_stat_with_sha256_of_an_unreadable_file_returns_its_metadata_and_the_reason(
+    gateway_client: ClientFactory, sshd: SshdInstance, shared_tmp: Path
+) -> None:
+    secret = shared_tmp / "root-only"
+    secret.write_bytes(b"secret")
+    os.chown(secret, 0, 0)
+    secret.chmod(0o600)
+    async with gateway_client(**_config(sshd)) as (client, _):
+        schema = {t.name: t for t in (await client.list_tools()).tools}["remote_stat"].output_schema
+        stat = await client.call_tool("remote_stat", {"target": "plain", "path": str(secret), "sha256": True})
+    assert stat.is_error is not True, stat
+    jsonschema.validate(stat.structured_content, schema)
+    out = stat.structured_content
+    assert (out["type"], out["size"], out["mode"], out["owner"]) == ("file", 6, "0600", "root")
+    assert (out["sha256"], out["sha256_error"]) == (None, "permission_denied")
+
+
+async def test_remote_mkdir_applies_a_setgid_mode_exactly_and_reports_the_mode(
+    gateway_client: ClientFactory, sshd: SshdInstance, shared_tmp: Path
+) -> None:
+    async with gateway_client(**_config(sshd)) as (client, _):
+        made = await client.call_tool(
+            "remote_mkdir", {"target": "plain", "path": f"{shared_tmp}/team", "mode": 0o2775}
+        )
+        default = await client.call_tool("remote_mkdir", {"target": "plain", "path": f"{shared_tmp}/d"})
+    assert made.is_error is not True, made
+    assert (made.structured_content["mode"], made.structured_content["created"]) == ("2775", True)
+    assert (shared_tmp / "team").stat().st_mode & 0o7777 == 0o2775
+    # without a mode: the umask's default, never a world-writable 0777
+    assert default.structured_content["mode"] == f"{(shared_tmp / 'd').stat().st_mode & 0o7777:04o}"
+    assert (shared_tmp / "d").stat().st_mode & 0o022 == 0
+
+
 async def test_delete_is_in_the_teardown_toolset_and_absent_without_it(
     gateway_client: ClientFactory, sshd: SshdInstance
 ) -> None:

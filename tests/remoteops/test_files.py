@@ -162,6 +162,31 @@ async def test_a_root_owned_0600_file_read_as_the_plain_user_is_access_denied(
 
 
 @pytest.mark.sshd
+async def test_stat_with_sha256_of_a_file_the_user_cannot_read_gives_its_metadata_and_says_why_no_hash(
+    sshd: SshdInstance, shared_dir: Path
+) -> None:
+    secret = shared_dir / "root-only"
+    secret.write_bytes(b"root secret")
+    os.chown(secret, 0, 0)
+    secret.chmod(0o600)
+    (shared_dir / "readable").write_bytes(b"open")
+    (shared_dir / "link").symlink_to(secret)
+    settings = TransportSettings(ssh_config_file=sshd.ssh_config, control_dir=sshd.control_dir)
+    async with RemoteOps(settings, [TargetSpec(name="plain", host=sshd.alias("plain"))]) as ops:
+        info = await ops.files.stat("plain", str(secret), sha256=True)
+        through = await ops.files.stat("plain", str(shared_dir / "link"), sha256=True, follow=True)
+        readable = await ops.files.stat("plain", str(shared_dir / "readable"), sha256=True)
+        directory = await ops.files.stat("plain", str(shared_dir), sha256=True)
+        plain = await ops.files.stat("plain", str(secret))
+    assert (info.type, info.size, info.mode, info.uid, info.owner) == ("file", 11, "0600", 0, "root")
+    assert (info.sha256, info.sha256_error) == (None, "permission_denied")
+    assert (through.type, through.sha256, through.sha256_error) == ("file", None, "permission_denied")
+    assert (readable.sha256, readable.sha256_error) == (sha(b"open"), None)
+    assert (directory.sha256, directory.sha256_error) == (None, "not_a_regular_file")
+    assert (plain.sha256, plain.sha256_error) == (None, None)  # not asked: no reason either
+
+
+@pytest.mark.sshd
 async def test_delete_of_the_home_directory_and_of_root_is_refused(sshd: SshdInstance) -> None:
     home = Path("/home") / sshd.users["plain"]
     before = sorted(os.listdir(home))
@@ -525,20 +550,76 @@ async def test_a_write_as_root_keeps_the_replaced_files_owner_and_mode_and_a_new
     assert [n for n in os.listdir(shared_dir) if ".rog-" in n] == []
 
 
-async def test_mkdir_creates_directories_with_the_mode_asked_under_the_umask(
+def _mode(path: Path) -> str:
+    return f"{path.lstat().st_mode & 0o7777:04o}"
+
+
+async def test_mkdir_gives_a_new_directory_exactly_the_mode_asked_setgid_and_sticky_included(
     peer: Peer, shared_dir: Path
 ) -> None:
+    asked = {
+        "setgid": 0o2775,
+        "sticky": 0o1777,
+        "both": 0o3770,
+        "private": 0o700,
+        "none": 0o000,
+        "setgid-only": 0o2000,
+    }
     async with peer.ops() as ops:
-        await ops.files.mkdir(peer.name, str(shared_dir / "private"), mode=0o700)
-        await ops.files.mkdir(peer.name, str(shared_dir / "sticky"), mode=0o1777)
-        await ops.files.mkdir(peer.name, str(shared_dir / "default"))
-        await ops.files.mkdir(peer.name, str(shared_dir / "a" / "b"), parents=True, mode=0o750)
-        listing = await ops.files.list(peer.name, str(shared_dir), depth=2)
+        made = {name: await ops.files.mkdir(peer.name, str(shared_dir / name), mode=mode)
+                for name, mode in asked.items()}  # fmt: skip
+        default = await ops.files.mkdir(peer.name, str(shared_dir / "default"))
+        nested = await ops.files.mkdir(peer.name, str(shared_dir / "a" / "b"), parents=True, mode=0o2750)
         umask = int((await ops.run(peer.name, ["sh", "-c", "umask"])).stdout.strip(), 8)
-    modes = {e.path: e.mode for e in listing.entries}
-    assert (modes["private"], modes["default"], modes["a/b"]) == ("0700", f"{0o777 & ~umask:04o}", "0750")
-    assert modes["sticky"] == f"{0o1777 & ~umask:04o}"
-    assert (shared_dir / "private").stat().st_mode & 0o7777 == 0o700
+    assert umask & 0o022  # the umask would cut these modes if it applied
+    for name, mode in asked.items():
+        assert (name, _mode(shared_dir / name), made[name].mode, made[name].created) == (
+            name, f"{mode:04o}", f"{mode:04o}", True)  # fmt: skip
+    assert (_mode(shared_dir / "default"), default.mode) == (f"{0o777 & ~umask:04o}",) * 2
+    # like mkdir -p -m: the mode is the new directory's; a missing parent gets the default
+    assert (_mode(shared_dir / "a" / "b"), nested.mode) == ("2750", "2750")
+    assert _mode(shared_dir / "a") == f"{0o777 & ~umask:04o}"
+
+
+async def test_mkdir_with_parents_leaves_an_existing_directory_and_its_mode_alone(
+    peer: Peer, shared_dir: Path
+) -> None:
+    there = shared_dir / "there"
+    there.mkdir()
+    there.chmod(0o751)
+    async with peer.ops() as ops:
+        again = await ops.files.mkdir(peer.name, str(there), parents=True, mode=0o2777)
+    assert (again.created, again.mode, _mode(there)) == (False, "0751", "0751")
+
+
+async def test_mkdir_in_a_setgid_directory_keeps_the_inherited_setgid_by_default_and_gives_an_exact_mode(
+    peer: Peer, shared_dir: Path
+) -> None:
+    shared = shared_dir / "team"
+    shared.mkdir()
+    os.chown(shared, 0, 0)  # a group the sshd fixture's plain user is not in
+    shared.chmod(0o2777)
+    async with peer.ops() as ops:
+        default = await ops.files.mkdir(peer.name, str(shared / "default"))
+        kept = await ops.files.mkdir(peer.name, str(shared / "kept"), mode=0o2770)
+        cleared = await ops.files.mkdir(peer.name, str(shared / "cleared"), mode=0o750)
+        umask = int((await ops.run(peer.name, ["sh", "-c", "umask"])).stdout.strip(), 8)
+    assert (default.mode, _mode(shared / "default")) == (f"{0o2777 & ~umask:04o}",) * 2
+    assert (kept.mode, _mode(shared / "kept"), (shared / "kept").stat().st_gid) == ("2770", "2770", 0)
+    assert (cleared.mode, _mode(shared / "cleared")) == ("0750", "0750")
+
+
+async def test_write_sets_a_mode_with_setuid_setgid_and_sticky_bits_exactly(
+    peer: Peer, shared_dir: Path
+) -> None:
+    (shared_dir / "replaced").write_bytes(b"old")
+    (shared_dir / "replaced").chmod(0o666)  # the sshd fixture's plain user may replace it
+    async with peer.ops() as ops:
+        created = await ops.files.write(peer.name, str(shared_dir / "tool"), b"#!/bin/sh\n", mode=0o6751)
+        replaced = await ops.files.write(peer.name, str(shared_dir / "replaced"), b"new", mode=0o1640)
+        kept = await ops.files.write(peer.name, str(shared_dir / "tool"), b"#!/bin/sh\ntrue\n")
+    assert (created.created, replaced.created, kept.created) == (True, False, False)
+    assert (_mode(shared_dir / "tool"), _mode(shared_dir / "replaced")) == ("6751", "1640")
 
 
 async def test_find_keeps_only_entries_inside_its_mtime_bounds_which_include_their_ends(

@@ -299,3 +299,38 @@ async def test_the_agent_reads_lines_across_its_read_chunks_binary_and_without_a
     )
     assert ((long_first[3] or {}).get("lines"), long_first[4]) == (0, big[2000:2010])
     assert [(f[1], (f[3] or {}).get("code")) for f in (zero, mixed)] == [(proto.ERROR, "bad_request")] * 2
+
+
+@pytest.mark.parametrize("python", PYTHONS)
+async def test_mkdir_modes_and_stat_hash_reasons_answer_on_every_supported_python(
+    python: str, tmp_path: Path
+) -> None:
+    os.umask(umask := os.umask(0o022))  # read the umask the agent inherits (set back at once)
+    (tmp_path / "dangling").symlink_to(tmp_path / "nowhere")
+    async with local_agent(python) as agent:
+        await _hello(agent)
+        setgid = await ask(agent, 1, proto.MKDIR, {"path": wire(tmp_path / "g"), "mode": 0o2775})
+        nested = await ask(
+            agent, 2, proto.MKDIR, {"path": wire(tmp_path / "p" / "q"), "parents": True, "mode": 0o1700}
+        )
+        default = await ask(agent, 3, proto.MKDIR, {"path": wire(tmp_path / "d")})
+        bad = await ask(agent, 4, proto.MKDIR, {"path": wire(tmp_path / "x"), "mode": 0o10000})
+        directory = await ask(agent, 5, proto.STAT, {"path": wire(tmp_path), "hash": True})
+        dangling = await ask(agent, 6, proto.STAT, {"path": wire(tmp_path / "dangling"), "hash": True})
+    assert [f[3] for f in (setgid, nested, default)] == [
+        {"created": True, "mode": 0o2775},
+        {"created": True, "mode": 0o1700},
+        {"created": True, "mode": 0o777 & ~umask},
+    ]
+    assert (tmp_path / "g").stat().st_mode & 0o7777 == 0o2775
+    assert (tmp_path / "p").stat().st_mode & 0o7777 == 0o777 & ~umask
+    assert bad[3] is not None
+    assert (bad[1], bad[3]["code"], (tmp_path / "x").exists()) == (proto.ERROR, "bad_request", False)
+    assert directory[3] is not None
+    assert (directory[3]["sha256"], directory[3]["sha256_error"]) == (None, "not_a_regular_file")
+    assert dangling[3] is not None
+    assert (dangling[3]["type"], dangling[3]["sha256"], dangling[3]["sha256_error"]) == (
+        "symlink",
+        None,
+        "not_found",
+    )
