@@ -95,6 +95,30 @@ def test_the_inspector_writes_reads_stats_and_lists_a_file_and_sees_not_found_fo
     assert _fail(inspector, gateway, tmp_path, "remote_read", target="plain", path=missing) == "not_found"
 
 
+def test_the_inspector_reads_lines_makes_a_setgid_directory_and_sees_a_mixed_range_refused(
+    inspector: InstalledTool, gateway: GatewayProcess, shared: Path, tmp_path: Path
+) -> None:
+    path = str(shared / "lines.txt")
+    text = "one\ntwo\nthree\nfour"  # no final newline
+    _call(inspector, gateway, tmp_path, "remote_write", target="plain", path=path, content=text)
+    read = _call(
+        inspector, gateway, tmp_path, "remote_read", target="plain", path=path, start_line=2, line_count=2
+    )
+    assert (read["content"], read["more_lines"], read["offset"]) == ("two\nthree\n", True, 4)
+    assert read["sha256"] == hashlib.sha256(text.encode()).hexdigest()  # the whole file's
+    tail = _call(inspector, gateway, tmp_path, "remote_read", target="plain", path=path, start_line=4)
+    assert (tail["content"], tail["more_lines"]) == ("four", False)
+    past = _call(inspector, gateway, tmp_path, "remote_read", target="plain", path=path, start_line=9)
+    assert (past["content"], past["past_end"]) == ("", True)
+    mixed = {"target": "plain", "path": path, "start_line": 1, "offset": 3}
+    assert _fail(inspector, gateway, tmp_path, "remote_read", **mixed) == "validation_error"
+    made = _call(
+        inspector, gateway, tmp_path, "remote_mkdir", target="plain", path=str(shared / "g"), mode=0o2775
+    )
+    assert (shared / "g").stat().st_mode & 0o7777 == 0o2775
+    assert made["mode"] == "2775"
+
+
 def test_the_inspector_starts_waits_for_and_reads_a_task_and_sees_not_found_for_an_unknown_id(
     inspector: InstalledTool, gateway: GatewayProcess, tmp_path: Path
 ) -> None:
