@@ -320,8 +320,8 @@ async def test_a_cancelled_scp_transfer_leaves_no_scp_or_ssh_process(env: Env) -
     seen = anyio.Event()
     left: list[Leftover] = []
 
-    async def watch() -> None:  # scp reports no progress: sample the process table until scp shows up
-        while not started:
+    async def watch() -> None:  # scp reports no progress: sample the process table until scp and its ssh
+        while len(started) < 2:  # show up (scp is seen before it forked ssh; bounded by the fail_after below)
             for pid in pids_with_arg(str(source)):
                 started.update(group_members(pid) | {pid})
             await anyio.sleep(0.02)
