@@ -3,14 +3,12 @@ one root agent on the target (real sshd, real sudo), and closing the gateway end
 
 from __future__ import annotations
 
-import os
-from pathlib import Path
-
 import anyio
 import mcp_types as types
 import pytest
 from mcp import Client
 
+from tests.fixtures.procs import pid_runs, wait_gone
 from tests.fixtures.sshd import SshdInstance
 from tests.gateway.conftest import ClientFactory
 
@@ -44,26 +42,5 @@ async def test_remote_root_exec_with_the_root_agent_runs_on_one_uid_0_agent_that
         assert out is not None
         assert out["stdout"] == f"0\n{root_agent}\n"
         assert out["privilege"]["provider"] == "sudo_nopasswd"
-    await _wait_gone(root_agent)  # the gateway closed it; it exits after killing what it started
-    assert not _runs(root_agent)
-
-
-async def _wait_gone(pid: int) -> None:
-    """Until ``pid`` exited (pidfd readiness, no polling), at most 15 s."""
-    try:
-        fd = os.pidfd_open(pid)
-    except ProcessLookupError:
-        return
-    try:
-        with anyio.fail_after(15):
-            await anyio.wait_readable(fd)
-    finally:
-        os.close(fd)
-
-
-def _runs(pid: int) -> bool:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except FileNotFoundError:
-        return False
-    return stat[stat.rfind(")") + 2] not in ("Z", "X")
+    await wait_gone(root_agent)  # the gateway closed it; it exits after killing what it started
+    assert not pid_runs(root_agent)

@@ -19,7 +19,7 @@ import pytest
 
 from remoteops import RemoteOps, TargetSpec, TransportLost, TransportSettings
 from remoteops._embedded import EmbeddedTarget
-from tests.fixtures.procs import processes_mentioning
+from tests.fixtures.procs import pid_runs, processes_mentioning, wait_gone
 from tests.fixtures.sshd import SshdInstance
 from tests.remoteops.conftest import wait_for_line
 
@@ -54,28 +54,6 @@ async def peer(request: pytest.FixtureRequest, shared_dir: Path) -> AsyncIterato
     async with EmbeddedTarget(shared_dir / "emb") as target:
         settings = TransportSettings(ssh_config_file=target.ssh_config_path, control_dir=shared_dir / "c")
         yield Peer("embedded", "demo", settings, [TargetSpec(name="demo", host=target.alias)])
-
-
-async def wait_gone(pid: int) -> None:
-    """Until ``pid`` exited (pidfd readiness, no polling), at most 15 s."""
-    try:
-        fd = os.pidfd_open(pid)
-    except ProcessLookupError:
-        return
-    try:
-        with anyio.fail_after(15):
-            await anyio.wait_readable(fd)
-    finally:
-        os.close(fd)
-
-
-def _runs(pid: int) -> bool:
-    """``pid`` exists and is not a zombie."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except FileNotFoundError:
-        return False
-    return stat[stat.rfind(")") + 2] not in ("Z", "X")
 
 
 def _kill_marked(marker: str) -> None:
@@ -329,4 +307,4 @@ async def test_closing_remoteops_ends_the_agent_on_the_target(peer: Peer) -> Non
         await ops.run(peer.name, ["true"])
         agent = _agent_pid(ops, peer.name)
     await wait_gone(agent)
-    assert not _runs(agent)
+    assert not pid_runs(agent)

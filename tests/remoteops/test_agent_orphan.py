@@ -20,9 +20,8 @@ from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
 from tests.fixtures.gateway_proc import run_gateway
-from tests.fixtures.procs import processes_mentioning
+from tests.fixtures.procs import processes_mentioning, wait_gone
 from tests.fixtures.sshd import SshdInstance
-from tests.remoteops.test_agent import wait_gone
 
 pytestmark = [pytest.mark.anyio, pytest.mark.sshd, pytest.mark.slow]
 

@@ -21,6 +21,7 @@ from remoteops import _agent_program as proto
 from remoteops._agent_boot import EXIT_CHECKSUM, agent_source, boot_command
 from remoteops._agent_exec import raw_result
 from remoteops._process import supervised_child
+from tests.fixtures.procs import pid_runs
 
 pytestmark = pytest.mark.anyio
 
@@ -198,7 +199,7 @@ async def test_the_agent_exits_when_its_stdin_closes_and_kills_what_it_started()
         with anyio.fail_after(10):
             code = await agent.proc.wait()
     assert code == 0
-    assert not _runs(child)
+    assert not pid_runs(child)
     assert _pids_with_cmdline(b"sleep\x00321") == []
 
 
@@ -237,14 +238,6 @@ async def test_the_loader_refuses_bytes_that_are_not_the_agent() -> None:
         with anyio.fail_after(10):
             code = await agent.proc.wait()
     assert code == EXIT_CHECKSUM
-
-
-def _runs(pid: int) -> bool:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except FileNotFoundError:
-        return False
-    return stat[stat.rfind(")") + 2] not in ("Z", "X")
 
 
 def _environ(pid: int) -> bytes:

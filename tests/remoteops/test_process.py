@@ -10,21 +10,13 @@ import anyio
 import pytest
 
 from remoteops._process import group_alive, supervised_child
+from tests.fixtures.procs import pid_runs
 
 pytestmark = pytest.mark.anyio
 
 # The child starts a grandchild in its own process group, prints both pids and waits.
 _FAMILY = 'sleep 300 & echo "$$ $!"; wait'
 _STUBBORN = "trap '' TERM; sleep 300 & echo \"$$ $!\"; while :; do wait; done"
-
-
-def _runs(pid: int) -> bool:
-    """True while ``pid`` exists and is not a zombie (PID 1 here may never reap orphans)."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except FileNotFoundError:
-        return False
-    return stat[stat.rfind(")") + 2] not in ("Z", "X")
 
 
 async def _pids(proc: anyio.abc.Process) -> tuple[int, int]:
@@ -41,11 +33,11 @@ async def test_leaving_the_context_kills_the_child_and_its_grandchild_in_the_gro
     async with supervised_child(["sh", "-c", _FAMILY]) as proc:
         child, grandchild = await _pids(proc)
         assert os.getpgid(grandchild) == proc.pid
-        assert _runs(child)
-        assert _runs(grandchild)
+        assert pid_runs(child)
+        assert pid_runs(grandchild)
     assert proc.returncode is not None
-    assert not _runs(child)
-    assert not _runs(grandchild)
+    assert not pid_runs(child)
+    assert not pid_runs(grandchild)
     assert not group_alive(proc.pid)
 
 
@@ -59,7 +51,7 @@ async def test_cancelling_inside_the_context_reaps_the_whole_group() -> None:
     assert scope.cancelled_caught
     assert len(pids) == 2
     assert proc.returncode is not None
-    assert not any(_runs(pid) for pid in pids)
+    assert not any(pid_runs(pid) for pid in pids)
 
 
 async def test_a_group_that_ignores_sigterm_gets_sigkill_after_the_grace() -> None:
@@ -67,8 +59,8 @@ async def test_a_group_that_ignores_sigterm_gets_sigkill_after_the_grace() -> No
         async with supervised_child(["sh", "-c", _STUBBORN], grace_s=0.3) as proc:
             child, grandchild = await _pids(proc)
     assert proc.returncode == -9
-    assert not _runs(child)
-    assert not _runs(grandchild)
+    assert not pid_runs(child)
+    assert not pid_runs(grandchild)
 
 
 async def test_an_exception_inside_the_context_still_reaps_and_propagates() -> None:
@@ -82,7 +74,7 @@ async def test_an_exception_inside_the_context_still_reaps_and_propagates() -> N
     with pytest.raises(LookupError):
         await fail_inside()
     assert len(pids) == 2
-    assert not any(_runs(pid) for pid in pids)
+    assert not any(pid_runs(pid) for pid in pids)
 
 
 def _children_running(marker: str) -> list[int]:

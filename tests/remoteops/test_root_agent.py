@@ -32,7 +32,7 @@ from remoteops._pool import MasterPool
 from remoteops._privilege_wire import Escalation
 from remoteops._resolve import IdentityResolver
 from remoteops._sshexec import SshProcessCarrier
-from tests.fixtures.procs import processes_mentioning
+from tests.fixtures.procs import pid_runs, processes_mentioning, wait_gone
 from tests.fixtures.sshd import SshdInstance
 from tests.remoteops import test_privilege_docker as docker_test
 from tests.remoteops.conftest import wait_for_line
@@ -49,27 +49,6 @@ def _ops(sshd: SshdInstance, *, transport: dict[str, Any] | None = None, **privi
     )
     targets = [TargetSpec(name=role, host=sshd.alias(role)) for role in ("plain", "sudo", "pass", "root")]
     return RemoteOps(settings, targets, privilege=PrivilegeSettings(**privilege))
-
-
-async def wait_gone(pid: int) -> None:
-    """Until ``pid`` exited (pidfd readiness, no polling), at most 15 s."""
-    try:
-        fd = os.pidfd_open(pid)
-    except ProcessLookupError:
-        return
-    try:
-        with anyio.fail_after(15):
-            await anyio.wait_readable(fd)
-    finally:
-        os.close(fd)
-
-
-def _runs(pid: int) -> bool:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except FileNotFoundError:
-        return False
-    return stat[stat.rfind(")") + 2] not in ("Z", "X")
 
 
 def _euid(pid: int) -> int:
@@ -182,9 +161,9 @@ async def test_closing_remoteops_ends_the_root_agent_on_the_target(sshd: SshdIns
         with anyio.fail_after(60):
             await ops.run("sudo", ["true"], privilege="root")
         root_agent = _root_pid(ops, "sudo")
-        assert _runs(root_agent)
+        assert pid_runs(root_agent)
     await wait_gone(root_agent)
-    assert not _runs(root_agent)
+    assert not pid_runs(root_agent)
 
 
 async def test_an_idle_root_agent_closes_itself_and_the_next_root_call_starts_a_new_one(
@@ -361,4 +340,4 @@ async def test_docker_host_root_starts_a_root_agent_in_a_privileged_host_pid_con
     for result in results:
         assert result.privilege is not None
         assert result.privilege.provider == "docker_host_root"
-    assert not _runs(root_agent)
+    assert not pid_runs(root_agent)

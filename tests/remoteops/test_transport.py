@@ -11,6 +11,7 @@ import anyio
 import pytest
 
 from remoteops import AuthError, ConnectError, HostKeyError, RemoteOps, TransportLost
+from tests.fixtures.procs import wait_gone
 from tests.remoteops.conftest import OpsFactory, wait_for_line
 
 pytestmark = [pytest.mark.anyio, pytest.mark.sshd]
@@ -19,19 +20,6 @@ MODES = pytest.mark.parametrize("mode", ["auto", "required", "off"])
 # ``agent``: the failure meets the agent's boot (its session through the pool); ``auto``: the call goes over
 # ssh while the agent boots in the background
 CARRIERS = pytest.mark.parametrize("carrier", ["auto", "agent", "ssh"])
-
-
-async def wait_process_gone(pid: int) -> None:
-    """Wait for ``pid`` to exit (pidfd readiness, no polling)."""
-    try:
-        fd = os.pidfd_open(pid)
-    except ProcessLookupError:
-        return
-    try:
-        with anyio.fail_after(10):
-            await anyio.wait_readable(fd)
-    finally:
-        os.close(fd)
 
 
 async def master_pid(ops: RemoteOps, name: str) -> int:
@@ -150,7 +138,7 @@ async def test_stale_master_socket_is_recovered_and_counted(ops_factory: OpsFact
         await ops.run("plain", ["true"])
         pid = await master_pid(ops, "plain")
         os.kill(pid, signal.SIGKILL)
-        await wait_process_gone(pid)
+        await wait_gone(pid)
         result = await ops.run("plain", ["echo", "again"])
         stats = ops.stats()
         new_pid = await master_pid(ops, "plain")
@@ -220,7 +208,7 @@ async def test_masters_are_reused_and_closed_on_exit(ops_factory: OpsFactory) ->
             await ops.run("plain", ["true"])
         pid = await master_pid(ops, "plain")
         stats = ops.stats()
-    await wait_process_gone(pid)
+    await wait_gone(pid)
     assert stats.masters_created == 1
     assert stats.masters_reused == 2
 
@@ -231,7 +219,7 @@ async def test_lru_eviction_keeps_live_masters_bounded(ops_factory: OpsFactory) 
         await ops.run("plain", ["true"])
         first = await master_pid(ops, "plain")
         await ops.run("sudo", ["true"])
-        await wait_process_gone(first)
+        await wait_gone(first)
         stats = ops.stats()
     assert stats.evictions == 1
     assert stats.live_masters == 1
