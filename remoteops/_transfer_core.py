@@ -162,7 +162,9 @@ class TransferCore:
             )
 
     def _flags(self, *, tree: bool, down: bool, ignore_existing: bool, bwlimit: int | None) -> list[str]:
-        flags = ["-t", "-p"]
+        # rsync's quick check compares modification times to the nanosecond, so a file rewritten with the
+        # same size in the same second is not taken for unchanged (receivers before 3.1.3 compare seconds).
+        flags = ["-t", "-p", "--modify-window=-1"]
         if tree:
             flags += ["-r", "-l"]
             if down:

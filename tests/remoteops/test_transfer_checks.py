@@ -207,6 +207,43 @@ async def test_overwrite_policy_parents_and_missing_sources(env: Env) -> None:
     assert (no_source.value.reason, no_source.value.side) == ("not_found", "remote")
 
 
+def _rewrite_in_the_same_second(path: Path, data: bytes, like: Path) -> None:
+    """Give path new bytes of the same size and a mtime in the same second as like's, differing only in ns."""
+    assert len(data) == like.stat().st_size
+    path.write_bytes(data)
+    seconds, ns = divmod(like.stat().st_mtime_ns, 10**9)
+    stamp = seconds * 10**9 + (ns + 1) % 10**9
+    os.utime(path, ns=(stamp, stamp))
+    assert path.stat().st_mtime_ns // 10**9 == like.stat().st_mtime_ns // 10**9
+    assert path.stat().st_mtime_ns != like.stat().st_mtime_ns
+
+
+@pytest.mark.sshd
+@pytest.mark.anyio
+async def test_replace_sees_a_same_size_rewrite_within_the_same_second(env: Env) -> None:
+    # CI regression: "one" → "two" written within one second looked unchanged to rsync's quick check (it
+    # compared whole seconds), so overwrite="replace" reported success and left the old bytes in place.
+    (env.local / "a").write_bytes(b"one")
+    dest = env.remote / "a"
+    await env.tr.upload("root", "a", str(dest), TransferOptions(), NONE)
+    _rewrite_in_the_same_second(env.local / "a", b"two", like=dest)
+    up = await env.tr.upload("root", "a", str(dest), TransferOptions(overwrite="replace"), NONE)
+    assert (dest.read_bytes(), up.files_transferred) == (b"two", 1)
+    _rewrite_in_the_same_second(dest, b"six", like=env.local / "a")
+    down = await env.tr.download("root", "a", str(dest), TransferOptions(overwrite="replace"), NONE)
+    assert ((env.local / "a").read_bytes(), down.files_transferred) == (b"six", 1)
+    content = make_tree(env.local / "tree")
+    await env.tr.upload("root", "tree", str(env.remote / "tree"), TransferOptions(), NONE)
+    name = next(iter(content))
+    changed = bytes(b ^ 0xFF for b in content[name])
+    _rewrite_in_the_same_second(env.local / "tree" / name, changed, like=env.remote / "tree" / name)
+    tree = await env.tr.upload(
+        "root", "tree", str(env.remote / "tree"), TransferOptions(overwrite="replace"), NONE
+    )
+    assert (env.remote / "tree" / name).read_bytes() == changed
+    assert tree.files_transferred == 1  # the unchanged files were still skipped by the quick check
+
+
 @pytest.mark.sshd
 @pytest.mark.anyio
 async def test_a_download_below_the_free_space_floor_is_refused(
