@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Awaitable, Callable
 
 from ._errors import ProbeError
 from ._models import Capabilities, DiskUsage, ExecResult, TargetIdentity
 
-__all__ = ["PROBE_ARGV", "TOOLS", "CapabilityCache", "parse_df", "parse_probe"]
+__all__ = ["PROBE_ARGV", "TOOLS", "CapabilityCache", "parse_df", "parse_probe", "rsync_version"]
 
 TOOLS = (
     "python3", "rsync", "tmux", "sudo", "su", "docker", "systemctl", "journalctl", "ss", "sha256sum",
@@ -22,10 +23,19 @@ echo '@@user'; id -un 2>/dev/null
 echo '@@uid'; id -u 2>/dev/null
 echo '@@tools'
 for t in "$@"; do if command -v "$t" >/dev/null 2>&1; then echo "$t 1"; else echo "$t 0"; fi; done
+echo '@@rsync'
+if command -v rsync >/dev/null 2>&1; then rsync --version 2>/dev/null | head -n 1; fi
 echo '@@sudo'
 if command -v sudo >/dev/null 2>&1 && sudo -n true </dev/null >/dev/null 2>&1; then echo 1; else echo 0; fi
 """
 PROBE_ARGV = ("sh", "-c", _PROBE, "rog-probe", *TOOLS)
+_RSYNC_VERSION = re.compile(r"^rsync\s+version\s+v?(\d+(?:\.\d+)*)")
+
+
+def rsync_version(line: str | None) -> str | None:
+    """``3.2.7`` from the first line of ``rsync --version`` (``rsync  version 3.2.7  protocol …``)."""
+    found = _RSYNC_VERSION.match(line.strip()) if line else None
+    return found.group(1) if found else None
 
 
 def _unquote(value: str) -> str:
@@ -73,6 +83,7 @@ def parse_probe(target: str, identity: TargetIdentity, stdout: str) -> Capabilit
         uid=int(uid_text) if uid_text and uid_text.isdigit() else None,
         tools=tools,
         sudo_nopasswd=first("sudo") == "1",
+        rsync_version=rsync_version(first("rsync")),
         probed_at=time.time(),
     )
 

@@ -99,7 +99,13 @@ class Transfers(TransferCore):
             extra.append("--delete")
         if options.dry_run:
             extra.append("--dry-run")
-        flags = self._flags(tree=True, down=not up, ignore_existing=False, bwlimit=options.bwlimit_kib_s)
+        flags = self._flags(
+            tree=True,
+            down=not up,
+            ignore_existing=False,
+            bwlimit=options.bwlimit_kib_s,
+            ns_mtimes=await self._ns_mtimes(target, up=up),
+        )
         outcome = await self._rsync(
             target, local, remote, up=up, tree=True, flags=[*flags, *extra], total=src.size, hooks=hooks
         )
@@ -199,6 +205,7 @@ class Transfers(TransferCore):
                 down=not up,
                 ignore_existing=options.overwrite != "replace" and staged is None,
                 bwlimit=options.bwlimit_kib_s,
+                ns_mtimes=await self._ns_mtimes(target, up=up),
             )
             outcome = await self._rsync(
                 target,

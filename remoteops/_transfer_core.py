@@ -4,6 +4,7 @@ from the ssh options exec uses, running them supervised, and saying what a cance
 from __future__ import annotations
 
 import shutil
+import subprocess
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -11,6 +12,7 @@ from typing import TYPE_CHECKING, Literal
 
 import anyio
 
+from ._capabilities import rsync_version
 from ._errors import InvalidRequest
 from ._settings import TargetSpec, TransportSettings
 from ._sshargs import SshArgs
@@ -43,6 +45,7 @@ if TYPE_CHECKING:
 
 __all__ = ["TransferCore", "rate", "strip_slashes"]
 
+_NS_MTIMES = (3, 1, 3)  # the first rsync whose receiver compares nanoseconds (--modify-window=-1)
 _PLAIN_REMOTE = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._/+@,=%-")
 _LEFTOVER_S = 10.0
 
@@ -57,6 +60,7 @@ class TransferCore:
         self._hash_ceiling_s = transport.exec_timeout_max_s
         self.roots = LocalRoots(settings.local_roots)
         self._args = SshArgs(transport)
+        self._local_rsync: str | None = None
 
     @property
     def enabled(self) -> bool:
@@ -96,6 +100,22 @@ class TransferCore:
             raise TransferCapabilityMissing(
                 "rsync is not installed on the target", target=target, capability="rsync", side="remote"
             )
+
+    async def _ns_mtimes(self, target: str, *, up: bool) -> bool:
+        """Whether the receiving rsync compares modification times to the nanosecond (3.1.3 and later)."""
+        if up:
+            version = (await self._ops.capabilities(target)).rsync_version
+        else:
+            if self._local_rsync is None:
+                with anyio.fail_after(10):
+                    done = await anyio.run_process(
+                        [self._settings.rsync_binary, "--version"], check=False, stderr=subprocess.DEVNULL
+                    )
+                self._local_rsync = rsync_version(done.stdout.decode("utf-8", "replace")) or ""
+            version = self._local_rsync
+        if not version:
+            return False
+        return tuple(int(part) for part in version.split(".")) >= _NS_MTIMES
 
     async def _choose(
         self, target: str, options: TransferOptions, is_tree: bool, remote: str
@@ -161,10 +181,14 @@ class TransferCore:
                 reason="parent_missing",
             )
 
-    def _flags(self, *, tree: bool, down: bool, ignore_existing: bool, bwlimit: int | None) -> list[str]:
-        # rsync's quick check compares modification times to the nanosecond, so a file rewritten with the
-        # same size in the same second is not taken for unchanged (receivers before 3.1.3 compare seconds).
-        flags = ["-t", "-p", "--modify-window=-1"]
+    def _flags(
+        self, *, tree: bool, down: bool, ignore_existing: bool, bwlimit: int | None, ns_mtimes: bool
+    ) -> list[str]:
+        flags = ["-t", "-p"]
+        if ns_mtimes:
+            # the quick check compares modification times to the nanosecond, so a file rewritten with the same
+            # size within one second is not taken for unchanged (an older receiver does not know "-@-1")
+            flags.append("--modify-window=-1")
         if tree:
             flags += ["-r", "-l"]
             if down:
