@@ -22,7 +22,7 @@ from gateway._audit import AuditLog
 from gateway._redact import Redactor, digest
 from gateway.cli import upstream_secrets
 from gateway.config import Settings
-from tests.gateway.conftest import ClientFactory
+from tests.gateway.conftest import ClientFactory, LoopTicker
 
 SECRET = "hunter2-Planted-Secret-7f3a9"
 
@@ -137,21 +137,6 @@ def _without_gc_pauses() -> Iterator[None]:
         gc.enable()
 
 
-class _Ticker:
-    """Measures the event loop's largest scheduling gap while it runs."""
-
-    def __init__(self) -> None:
-        self.largest_gap_ms = 0.0
-
-    async def run(self) -> None:
-        last = time.perf_counter()
-        while True:
-            await anyio.sleep(0.001)
-            now = time.perf_counter()
-            self.largest_gap_ms = max(self.largest_gap_ms, (now - last) * 1000)
-            last = now
-
-
 async def _calls(client: Any, count: int, concurrency: int = 20) -> None:
     async def one(i: int) -> None:
         result = await client.call_tool("gateway_health", {})
@@ -167,7 +152,7 @@ async def _calls(client: Any, count: int, concurrency: int = 20) -> None:
 async def test_the_event_loop_keeps_ticking_while_200_audited_calls_run(
     gateway_client: ClientFactory,
 ) -> None:
-    ticker = _Ticker()
+    ticker = LoopTicker(period_s=0.001)
     async with gateway_client() as (client, rt):
         await client.call_tool("gateway_health", {})  # warm-up: the client's first tools/list, schemas built
         with _without_gc_pauses():
@@ -178,9 +163,14 @@ async def test_the_event_loop_keeps_ticking_while_200_audited_calls_run(
                     await rt.audit.flush()
                 tg.cancel_scope.cancel()
         lines = rt.settings.audit_path.read_text(encoding="utf-8").splitlines()
-    print(f"largest event-loop gap during 200 audited calls: {ticker.largest_gap_ms:.1f} ms")
+    print(
+        f"largest event-loop gap during 200 audited calls: {ticker.max_gap * 1000:.1f} ms, "
+        f"stall (less the wait for a CPU) {ticker.max_stall * 1000:.1f} ms"
+    )
     assert len(lines) == 201
-    assert ticker.largest_gap_ms < 250  # a write(2) blocked on the loop would stall it for seconds
+    # A write(2) blocked on the loop would stall it for seconds; a loaded machine's wait for a CPU is not a
+    # stall of the loop (the plain gap reached 134 ms here with two CPU hogs on the 2 cores).
+    assert ticker.max_stall < 0.25
 
 
 def _small_fifo(path: Path) -> tuple[int, int]:
@@ -240,17 +230,21 @@ async def test_a_stalled_audit_disk_never_stalls_the_event_loop(
     holder, keeper = _small_fifo(fifo)
     released = threading.Event()
 
-    def unblock_if_stuck() -> None:  # bounds the failure mode: a loop blocked in write(2) cannot time out
-        if released.wait(10):
-            return
-        while not released.is_set():
-            with contextlib.suppress(BlockingIOError):
-                os.read(holder, 65536)
-            released.wait(0.01)
+    ticker = LoopTicker(period_s=0.001)
+    drained: list[bytes] = []
+
+    def unblock_if_stuck() -> None:
+        """Bounds the failure mode: a loop blocked in write(2) cannot time out. Drains the FIFO only once
+        the loop has not ticked for 5 s (blocked, not merely slow: 200 calls took 6.7 s on a loaded 2-core
+        machine, past the 10 s-from-start this used to wait), keeping what it read."""
+        while not released.wait(0.1):
+            last = ticker.last_tick
+            if last is not None and time.monotonic() - last > 5:
+                with contextlib.suppress(BlockingIOError):
+                    drained.append(os.read(holder, 65536))
 
     backup = threading.Thread(target=unblock_if_stuck, daemon=True)
     backup.start()
-    ticker = _Ticker()
     received = b""
     try:
         async with gateway_client(audit={"path": str(fifo)}) as (client, rt):
@@ -263,6 +257,8 @@ async def test_a_stalled_audit_disk_never_stalls_the_event_loop(
                     pending = rt.audit.status()["records_pending"]
                     tg.cancel_scope.cancel()
             released.set()
+            await anyio.to_thread.run_sync(backup.join, 5)
+            received = b"".join(drained)
             with anyio.fail_after(30):
                 while received.count(b"\n") < 201:
                     await anyio.wait_readable(holder)
@@ -275,9 +271,12 @@ async def test_a_stalled_audit_disk_never_stalls_the_event_loop(
         backup.join(5)
         os.close(holder)
         os.close(keeper)
-    print(f"largest event-loop gap, audit disk stalled: {ticker.largest_gap_ms:.1f} ms ({pending} queued)")
+    print(
+        f"largest event-loop gap, audit disk stalled: {ticker.max_gap * 1000:.1f} ms, stall (less the wait "
+        f"for a CPU) {ticker.max_stall * 1000:.1f} ms ({pending} queued)"
+    )
     assert pending > 0  # the disk really was stalled while the calls ran
-    assert ticker.largest_gap_ms < 250  # a write(2) blocked on the loop would stall it for seconds
+    assert ticker.max_stall < 0.25  # a write(2) blocked on the loop would stall it for seconds
     records = [json.loads(line) for line in received.splitlines()]
     assert len(records) == 201
     assert {r["tool"] for r in records} == {"gateway_health"}

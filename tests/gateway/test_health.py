@@ -24,8 +24,9 @@ from gateway._server import build_server
 from gateway.config import Settings
 from gateway.tools import all_specs
 from remoteops.embedded import EmbeddedTarget
+from tests.gateway.conftest import LoopTicker
 from tests.gateway.test_relay import Inbox, entry, raw_call, serve_gateway, wait_listed
-from tests.remoteops.test_master_liveness import Ticker, accepts_and_never_answers
+from tests.remoteops.test_master_liveness import accepts_and_never_answers
 from tests.upstream.conftest import FaultServer
 
 pytestmark = pytest.mark.anyio
@@ -126,7 +127,7 @@ async def test_health_called_in_a_loop_never_stalls_the_loop_while_a_control_soc
                 [listed] = _ok(await raw_call(client, "target_list", {}))["targets"]
         control_path = listed["multiplex"]["control_path"]
         assert control_path is not None
-        ticker = Ticker()
+        ticker = LoopTicker()
         healths: list[dict[str, Any]] = []
         # The gateway stopped (its master and socket are gone); something else now holds the control path:
         # it accepts every connection and never sends a byte. The next command meets it first.
@@ -155,8 +156,13 @@ async def test_health_called_in_a_loop_never_stalls_the_loop_while_a_control_soc
                     await anyio.sleep(0.02)  # pacing only: the loop's end is the command's completion
             elapsed = time.monotonic() - started
             tg.cancel_scope.cancel()
-    print(f"{len(healths)} health calls in {elapsed:.1f} s; largest loop gap {ticker.max_gap * 1000:.1f} ms")
+    print(
+        f"{len(healths)} health calls in {elapsed:.1f} s; largest loop gap {ticker.max_gap * 1000:.1f} ms, "
+        f"stall (less the wait for a CPU) {ticker.max_stall * 1000:.1f} ms"
+    )
     assert accepted  # the silent socket was really tried
     assert elapsed >= 1.0  # the command did wait on it, so health ran beside that wait
     assert len(healths) >= 10
-    assert ticker.max_gap < 0.25  # a blocking mux connect stalls it 0.5 s per check; room for a loaded CI
+    # A blocking mux connect stalls it 0.5 s per check. Measured as a stall (the gap less the loop thread's
+    # wait for a CPU): the plain gap reached 0.28 s here with two CPU hogs on the 2 cores, and a CI is busier.
+    assert ticker.max_stall < 0.25

@@ -8,7 +8,7 @@ import os
 import re
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -254,8 +254,11 @@ def test_a_call_outside_the_tokens_scopes_gets_403_insufficient_scope_naming_the
         allowed = _call(http, gw, session, "target_list")
         assert allowed.status_code == 200
         assert [t["name"] for t in _data(allowed)["result"]["structuredContent"]["targets"]] == ["t1"]
-    calls = [r for r in _audit(gw) if r.get("tool") == "remote_exec"]  # resource reads have no tool
-    records = [r for r in calls if r.get("facts", {}).get("http_status")]
+
+    def refusal(record: dict[str, Any]) -> bool:  # resource reads have no tool
+        return record.get("tool") == "remote_exec" and bool(record.get("facts", {}).get("http_status"))
+
+    records = [r for r in _audit(gw, refusal) if refusal(r)]
     assert records[-1]["principal"] == "oauth:alice"
     assert records[-1]["error_code"] == "policy_denied"
     assert records[-1]["facts"]["insufficient_scope"] == ["remoteops:inspect", "remoteops:execute"]
@@ -342,13 +345,15 @@ async def test_an_sdk_client_without_step_up_sees_the_403_as_the_calls_error(
     assert [t["name"] for t in listed.structured_content["targets"]] == ["t1"]
 
 
-def _audit(gw: GatewayProcess) -> list[dict[str, Any]]:
+def _audit(gw: GatewayProcess, wanted: Callable[[dict[str, Any]], bool]) -> list[dict[str, Any]]:
+    """The audit records once one of them is ``wanted``: the writer is asynchronous, and this gateway is
+    shared by the module, so records of earlier tests are there already; waited for, bounded (30 s)."""
     path = gw.state_dir / "audit.jsonl"
-    deadline = time.monotonic() + 10  # the audit writer is asynchronous: wait, bounded, for its record
+    deadline = time.monotonic() + 30
     while True:
-        lines = path.read_text(encoding="utf-8").splitlines() if path.exists() else []
-        records = [json.loads(line) for line in lines]
-        if records or time.monotonic() > deadline:
+        text = path.read_text(encoding="utf-8") if path.exists() else ""
+        records = [json.loads(line) for line in text.split("\n")[:-1]]  # complete lines only
+        if any(wanted(r) for r in records) or time.monotonic() > deadline:
             return records
         time.sleep(0.05)
 
@@ -356,8 +361,11 @@ def _audit(gw: GatewayProcess) -> list[dict[str, Any]]:
 async def test_the_audit_record_names_the_oauth_principal(gw: GatewayProcess, idp: AuthServer) -> None:
     token = idp.issue("alice", "remoteops:inspect")
     await _list_and_call(gw, {"Authorization": f"Bearer {token}"}, [("target_diagnose", {"target": "t2"})])
-    calls = [r for r in _audit(gw) if r.get("tool") == "target_diagnose"]  # resource reads have no tool
-    records = [r for r in calls if r["principal"] == "oauth:alice"]
+
+    def mine(record: dict[str, Any]) -> bool:  # resource reads have no tool
+        return record.get("tool") == "target_diagnose" and record["principal"] == "oauth:alice"
+
+    records = [r for r in _audit(gw, mine) if mine(r)]
     assert records
     assert records[-1]["identity"] == {
         "kind": "oauth",
@@ -410,7 +418,7 @@ async def test_identity_headers_from_the_trusted_proxy_with_its_secret_name_the_
     names, (listed,) = await _list_and_call(gw, headers, [("target_list", {})], local=PROXY_PEER)
     assert names == INSPECT_TOOLS  # the proxy's configured scopes
     assert [t["name"] for t in listed.structured_content["targets"]] == ["t2"]  # the group's grant
-    assert any(r["principal"] == "proxy:dave" for r in _audit(gw))
+    assert any(r["principal"] == "proxy:dave" for r in _audit(gw, lambda r: r["principal"] == "proxy:dave"))
 
 
 def test_forged_identity_headers_from_a_non_trusted_peer_are_ignored(

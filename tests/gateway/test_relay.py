@@ -137,6 +137,17 @@ async def poll_upstream(client: Client, predicate: Callable[[dict[str, Any]], bo
         await anyio.sleep(0.05)
 
 
+async def until_dropped(client: Client, inbox: Inbox, name: str) -> dict[str, Any]:
+    """The upstream's health once it lists ``name`` as dropped, checked again on each list_changed (caller
+    bounds it)."""
+    while True:
+        seen = inbox.list_changed
+        up = await upstream_health(client)
+        if name in {d["name"] for d in up["dropped"]}:
+            return up
+        await inbox.wait_beyond(seen)
+
+
 def error_of(result: types.CallToolResult) -> dict[str, Any]:
     assert result.is_error is True, result
     error = error_payload(result)
@@ -409,8 +420,10 @@ async def test_an_upstream_list_changed_is_forwarded_and_the_new_tool_is_relayed
             await wait_listed(client, inbox, FAULT_TOOLS)
             seen = inbox.list_changed
             added = await client.call_tool("add_tool", {"name": "fresh_tool"})
-            await inbox.wait_beyond(seen)
-            listed = await names(client)
+            # Listed once a list_changed made it so (a list_changed of the first connect may still arrive
+            # after the first listing, and wake a single wait_beyond before the refresh was published).
+            listed = await wait_listed(client, inbox, {"fresh_tool"})
+            assert inbox.list_changed > seen
             with pytest.raises(MCPError) as called:  # routed to the upstream, which has no handler for it
                 await client.call_tool("fresh_tool", {})
     assert added.is_error is not True
@@ -465,9 +478,11 @@ async def test_a_relayed_tool_named_like_an_own_tool_is_dropped_under_prefer_own
             await wait_listed(client, inbox, FAULT_TOOLS)
             seen = inbox.list_changed
             await client.call_tool("add_tool", {"name": "gateway_health"})
-            await inbox.wait_beyond(seen)
+            # Until the refresh is published (a late list_changed of the first connect may wake a single
+            # wait_beyond before it): the dropped name shows in gateway_health, never in tools/list.
+            up = await until_dropped(client, inbox, "gateway_health")  # answered by the own tool
+            assert inbox.list_changed > seen
             tools = await all_tools(client)
-            up = await upstream_health(client)  # answered by the gateway's own tool
     assert [t.name for t in tools].count("gateway_health") == 1
     assert "upstream_gateway_health" not in {t.name for t in tools}
     own = next(t for t in tools if t.name == "gateway_health")
@@ -486,8 +501,8 @@ async def test_a_relayed_tool_named_like_an_own_tool_is_served_renamed_under_pre
             await wait_listed(client, inbox, FAULT_TOOLS)
             seen = inbox.list_changed
             await client.call_tool("add_tool", {"name": "gateway_health"})
-            await inbox.wait_beyond(seen)
             listed = await wait_listed(client, inbox, {"upstream_gateway_health"})
+            assert inbox.list_changed > seen
             up = await upstream_health(client)
             with pytest.raises(MCPError) as relayed:  # reaches the upstream, which has no handler for it
                 await client.call_tool("upstream_gateway_health", {})

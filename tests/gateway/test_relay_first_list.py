@@ -71,13 +71,13 @@ async def test_an_upstream_known_to_be_down_never_delays_the_first_tools_list(tm
             listed = await names(client)
         took = anyio.current_time() - started
     assert listed >= OWN
-    assert took < 1.0  # nowhere near first_list_wait_s
+    assert took < 5.0  # nowhere near first_list_wait_s = 30 (ms here; the rest is headroom for a loaded CI)
 
 
 async def test_the_first_tools_list_waits_for_a_hung_first_connection_no_longer_than_first_list_wait_s(
     tmp_path: Path,
 ) -> None:
-    wait_s = 1.0
+    wait_s = 2.0
     with socket.socket() as listener:  # accepts TCP (backlog) but never answers HTTP
         listener.bind(("127.0.0.1", 0))
         listener.listen(16)
@@ -101,5 +101,6 @@ async def test_the_first_tools_list_waits_for_a_hung_first_connection_no_longer_
     assert listed >= OWN
     assert state == "starting"  # still in its first attempt (connect_timeout_s = 30): not waited out
     assert first_done - before_start >= wait_s - 0.05  # it did wait for the first connection...
-    assert first_done - asked <= wait_s + 1.0  # ...up to first_list_wait_s after start, no longer
-    assert again < 0.5  # past the bound, listing is never delayed again
+    # ...up to first_list_wait_s after start, no longer (the connect timeout, 30 s, would be far beyond)
+    assert first_done - asked <= wait_s + 5.0
+    assert again < wait_s / 2  # past the bound, listing is never delayed again (ms here)

@@ -25,6 +25,7 @@ pytestmark = [
 ]
 
 ROUND_TRIP_TOOLS = {"create_session", "send_keys", "wait_for_text", "capture_pane"}
+WAIT_S = 9
 
 
 async def relay_and_compare(tmp_path: Path, conn: dict[str, Any], direct: Any) -> None:
@@ -78,7 +79,9 @@ async def test_libtmux_answers_liveness_probes_through_a_long_wait_for_text_and_
         "env": env,
         "connect_timeout_s": 30,
         "keepalive_interval_s": 0.5,
-        "liveness_timeout_s": 1.5,  # the wait below lasts four times as long
+        # The wait below lasts three times as long. libtmux-mcp answers the probes while it polls the pane
+        # (tmux subprocesses); 1.5 s of silence was little margin for both processes on a loaded machine.
+        "liveness_timeout_s": 3.0,
     }
     inbox = Inbox()
     async with serve_gateway(tmp_path, inbox, upstreams=[{"connection": conn}]) as (client, _):
@@ -88,12 +91,12 @@ async def test_libtmux_answers_liveness_probes_through_a_long_wait_for_text_and_
             assert isinstance(created.structured_content, dict)
             pane_id = created.structured_content["active_pane_id"]
             waited = await client.call_tool(
-                "wait_for_text", {"patterns": ["never-printed-5e0c"], "pane_id": pane_id, "timeout": 6}
+                "wait_for_text", {"patterns": ["never-printed-5e0c"], "pane_id": pane_id, "timeout": WAIT_S}
             )
             up = await upstream_health(client, "tmux")
     assert waited.is_error is not True, libtmux.text_of(waited)
     assert isinstance(waited.structured_content, dict)
     assert waited.structured_content["outcome"] == "timeout"
-    assert waited.structured_content["elapsed_seconds"] >= 6
+    assert waited.structured_content["elapsed_seconds"] >= WAIT_S
     assert up["connect_attempts"] == 1  # never declared lost during the wait
     assert up["ambiguous_losses"] == 0

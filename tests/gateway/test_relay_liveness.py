@@ -40,6 +40,10 @@ LIVENESS_S = 2.0
 CALL_WAIT_S = 2.5
 SLACK_S = 1.5
 """Scheduling slack on a loaded 2-core machine; every bound asserted is the setting plus this."""
+EARLY_SLACK_S = 0.5
+"""How much earlier than a whole window minus one interval the loss may come: the last probe answered
+before the freeze may be older by a probe's round trip and a late wake-up of the prober (0.2 s was tight
+on a loaded machine); still far above an end that is not the liveness bound's (ms after the freeze)."""
 
 LIVENESS = {
     "keepalive_interval_s": INTERVAL_S,
@@ -128,9 +132,11 @@ async def test_a_frozen_http_upstream_ends_the_call_in_flight_as_ambiguous_in_ti
                 assert error_of(late)["code"] == "upstream_unavailable"
                 await own_tool_answers(client)
 
-        # The bounds: no earlier than a whole liveness window minus one probe interval, no later than
-        # the window plus slack; the new caller waited call_wait_s, not longer.
-        assert LIVENESS_S - INTERVAL_S - 0.2 <= ended_at <= LIVENESS_S + SLACK_S
+        # The bounds: no earlier than a whole liveness window minus one probe interval (the last answer
+        # came at most that long before the freeze, plus a probe's round trip and a late wake-up of the
+        # prober on a loaded machine: EARLY_SLACK_S), no later than the window plus slack; the new caller
+        # waited call_wait_s, not longer.
+        assert LIVENESS_S - INTERVAL_S - EARLY_SLACK_S <= ended_at <= LIVENESS_S + SLACK_S
         assert health_at <= LIVENESS_S + SLACK_S
         assert CALL_WAIT_S - 0.2 <= waited <= CALL_WAIT_S + SLACK_S
 

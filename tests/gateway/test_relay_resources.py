@@ -230,10 +230,14 @@ async def subscribed_upstream(fault: FaultServer) -> list[str]:
     re-subscription is no event the test can be notified of, like a port opening)."""
     path = anyio.Path(fault.state_dir / "subscribed.json")
     while True:
-        if await path.exists():
+        try:
             found: list[str] = json.loads(await path.read_text())
-            if found:
-                return found
+        except FileNotFoundError:
+            found = []
+        except json.JSONDecodeError:  # read between the upstream's truncate and write (not atomic)
+            found = []
+        if found:
+            return found
         await anyio.sleep(0.05)
 
 

@@ -21,8 +21,10 @@ import anyio
 import pytest
 from mcp import Client, MCPError
 
+from gateway._runtime import Runtime
 from tests.fixtures import libtmux
 from tests.fixtures.procs import free_port, stop_process, wait_for_port
+from tests.gateway.conftest import read_audit
 from tests.gateway.test_relay import health, serve_gateway, upstream_health
 
 pytestmark = [
@@ -54,9 +56,10 @@ async def surface_of(client: Client) -> dict[str, Any]:
     }
 
 
-def audit_records(state_dir: Path) -> list[dict[str, Any]]:
-    path = state_dir / "audit.jsonl"
-    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+async def audit_records(rt: Runtime) -> list[dict[str, Any]]:
+    """The audit records, once the (asynchronous) writer has written every one handed to it so far: read
+    while the gateway runs, the file may not hold the last request's record yet."""
+    return [json.loads(line) for line in (await read_audit(rt)).splitlines()]
 
 
 @asynccontextmanager
@@ -93,7 +96,7 @@ async def test_templates_prompts_a_read_and_a_prompt_through_the_gateway_equal_t
                 capabilities = client.server_capabilities
                 got = await surface_of(client)
                 up = await upstream_health(client, "tmux")
-            records = audit_records(rt.settings.state_dir)
+            records = await audit_records(rt)
     assert len(expected["templates"]) == 6
     assert {p["name"] for p in expected["prompts"]} >= {"run_and_wait", "diagnose_failing_pane"}
     assert got == expected
@@ -134,7 +137,7 @@ async def test_an_excluded_template_is_neither_listed_nor_readable_and_the_refus
                     await client.get_prompt("diagnose_failing_pane", {"pane_id": "%0"})
                 allowed = await client.read_resource("tmux://panes/%0")
                 up = await upstream_health(client, "tmux")
-            records = audit_records(rt.settings.state_dir)
+            records = await audit_records(rt)
     assert CONTENT_TEMPLATE not in {t.uri_template for t in templates}
     assert len(templates) == 5
     assert "diagnose_failing_pane" not in {p.name for p in prompts}
@@ -216,7 +219,7 @@ async def test_with_the_upstream_killed_a_read_is_upstream_unavailable_and_own_t
                     await client.get_prompt("run_and_wait", PROMPT_ARGS)
                 own = await health(client)
                 templates = (await client.list_resource_templates()).resource_templates
-            records = audit_records(rt.settings.state_dir)
+            records = await audit_records(rt)
     assert before.contents
     for error in (lost.value.error, lost_prompt.value.error):
         assert error.code == -32603

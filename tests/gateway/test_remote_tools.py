@@ -23,6 +23,7 @@ from tests.fixtures.procs import processes_mentioning
 from tests.fixtures.sshd import SshdInstance
 from tests.gateway.conftest import ClientFactory, read_audit
 from tests.remoteops.conftest import wait_for_line
+from tests.remoteops.task_helpers import Gate
 
 SECRET = "Planted-Secret-For-Exec-0x5eed"
 
@@ -215,28 +216,36 @@ async def test_a_stdin_secret_is_in_no_process_argv_while_the_command_runs(
     gateway_client: ClientFactory, sshd: SshdInstance, shared_tmp: Path
 ) -> None:
     # The target is this machine, so /proc shows both ends: the local ssh client and the remote command.
+    # The command holds on a gate until the scan is done (a fixed ``sleep 1`` let a test delayed by a loaded
+    # machine scan after it had ended, and miss it).
     marker = shared_tmp / "running"
-    async with gateway_client(**_targets(sshd)) as (client, _), anyio.create_task_group() as tg:
-        results: list[Any] = []
+    gate = Gate(shared_tmp, "gate")
+    try:
+        async with gateway_client(**_targets(sshd)) as (client, _), anyio.create_task_group() as tg:
+            results: list[Any] = []
 
-        async def run() -> None:
-            results.append(
-                await client.call_tool(
-                    "remote_exec",
-                    {
-                        "target": "plain",
-                        "argv": ["sh", "-c", f"touch {marker}; read -r line; sleep 1; echo ${{#line}}"],
-                        "stdin": SECRET + "\n",
-                    },
+            async def run() -> None:
+                script = f"touch {marker}; read -r line; {gate.shell()}; echo ${{#line}}"
+                results.append(
+                    await client.call_tool(
+                        "remote_exec",
+                        {"target": "plain", "argv": ["sh", "-c", script], "stdin": SECRET + "\n"},
+                    )
                 )
-            )
 
-        tg.start_soon(run)
-        with anyio.fail_after(20):
-            while not marker.exists():  # noqa: ASYNC110 - the remote command signals through a file
-                await anyio.sleep(0.02)
-        assert _cmdlines_containing(str(marker).encode()), "the scan must see the running remote command"
-        assert _cmdlines_containing(SECRET.encode()) == []
+            tg.start_soon(run)
+            try:
+                with anyio.fail_after(20):
+                    while not marker.exists():  # noqa: ASYNC110 - the remote command signals through a file
+                        await anyio.sleep(0.02)
+                running = _cmdlines_containing(str(marker).encode())
+                leaked = _cmdlines_containing(SECRET.encode())
+            finally:
+                gate.release()  # whatever happened: the command ends, and the call with it
+    finally:
+        gate.close()
+    assert running, "the scan must see the running remote command"
+    assert leaked == []
     assert results[0].structured_content["stdout"] == f"{len(SECRET)}\n"
 
 

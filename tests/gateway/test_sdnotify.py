@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import socket
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -14,15 +15,19 @@ from gateway._sdnotify import Notifier
 
 @pytest.fixture
 def notify_socket() -> Iterator[tuple[socket.socket, str]]:
-    path = f"/tmp/rog-notify-{os.getpid()}.sock"
+    # A private directory: a fixed name (``/tmp/rog-notify-<pid>.sock``) is taken by any socket a crashed
+    # earlier run with the same pid left behind, and bind() then fails.
+    directory = tempfile.mkdtemp(prefix="rogsd-", dir="/tmp")  # short: AF_UNIX paths end at 108 bytes
+    path = f"{directory}/notify.sock"
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
     sock.bind(path)
-    sock.settimeout(5)
+    sock.settimeout(30)  # a ceiling only: each datagram is already queued when recv is called
     try:
         yield sock, path
     finally:
         sock.close()
         Path(path).unlink(missing_ok=True)
+        os.rmdir(directory)
 
 
 def test_messages_arrive_on_the_notify_socket(notify_socket: tuple[socket.socket, str]) -> None:

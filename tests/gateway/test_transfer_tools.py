@@ -275,10 +275,11 @@ async def test_progress_notifications_reach_a_real_mcp_client_at_most_once_per_i
     assert seen[-1][0] == SIZE
     assert 0 < seen[1][0] < SIZE  # a mid-transfer update, parsed from rsync's own progress
     # rate-limited: rsync prints a burst of lines as it finishes, yet the updates parsed from its output come
-    # at least an interval apart (less a margin for delivery); the last is the completion report, sent as is
+    # at least an interval apart (less a margin for delivery: stamped on arrival, one may lag its send by a
+    # busy loop turn; an unlimited burst comes ms apart); the last is the completion report, sent as is
     gaps = [b - a for a, b in itertools.pairwise(times[:-1])]
     assert gaps, times
-    assert min(gaps) >= interval * 0.7, gaps
+    assert min(gaps) >= interval * 0.5, gaps
     assert len(seen) <= elapsed / interval + 2
 
 
