@@ -107,7 +107,7 @@ def test_invalid_env_names_are_rejected(name: str) -> None:
         render_command(["true"], time_limit_s=1, env={name: "x"})
 
 
-@settings(max_examples=200)
+@settings(max_examples=200, deadline=None)  # a property, not a timing: no per-example deadline
 @given(data=st.binary(max_size=3000), cap=st.integers(min_value=4, max_value=1000), chunk=st.integers(1, 700))
 def test_head_tail_capture_keeps_head_and_tail_and_counts_dropped(data: bytes, cap: int, chunk: int) -> None:
     buf = HeadTail(cap // 2, cap - cap // 2)
