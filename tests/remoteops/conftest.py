@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import tempfile
 from collections.abc import Callable, Iterator
@@ -61,10 +62,24 @@ def shared_dir() -> Iterator[Path]:
 
 
 async def wait_for_line(path: Path) -> str:
-    """Block until a writer opens the FIFO at ``path`` and writes a line (no polling)."""
+    """Block until a writer opens the FIFO at ``path`` and writes a line (no polling); what it wrote up to
+    its end when it closes without a newline.
 
-    def read() -> str:
-        with open(path) as fh:
-            return fh.readline()
-
-    return await anyio.to_thread.run_sync(read, abandon_on_cancel=True)
+    Readiness on a non-blocking read end, not a blocking ``open`` in a worker thread: a test cancelled (or
+    failed) before any writer came would leave that thread blocked in ``open`` for good, and the
+    interpreter waits for it at exit — one failure would hang the whole run instead of being reported."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)  # returns at once; readable once a writer wrote
+    try:
+        data = b""
+        while not data.endswith(b"\n"):
+            await anyio.wait_readable(fd)
+            try:
+                chunk = os.read(fd, 4096)
+            except BlockingIOError:
+                continue
+            if not chunk:  # the writer closed
+                break
+            data += chunk
+        return data.decode()
+    finally:
+        os.close(fd)

@@ -24,6 +24,9 @@ from remoteops._process import supervised_child
 from tests.fixtures.procs import pid_runs
 
 pytestmark = pytest.mark.anyio
+# the sleeps' durations (about 300 s) carry this process's pid: the process-table checks below find this
+# test's sleeps only, never another test's (tests/gateway/test_remote_tools.py sleeps 331 to 333)
+_S = f"300.{os.getpid()}0"  # + one digit: 300.<pid>0<n> seconds
 
 PY38 = Path("/root/.pyenv/versions/3.8.18/bin/python3.8")
 PYTHONS = [
@@ -185,7 +188,7 @@ async def test_the_agent_exits_when_its_stdin_closes_and_kills_what_it_started()
     async with local_agent("python3") as agent:
         await _hello(agent)
         await agent.send(
-            proto.encode(1, proto.EXEC, {**BASE, "argv": ["sh", "-c", "setsid sleep 321 & sleep 322"]})
+            proto.encode(1, proto.EXEC, {**BASE, "argv": ["sh", "-c", f"setsid sleep {_S}1 & sleep {_S}2"]})
         )
         assert agent.proc.stdout is not None
         with anyio.fail_after(10):
@@ -200,7 +203,7 @@ async def test_the_agent_exits_when_its_stdin_closes_and_kills_what_it_started()
             code = await agent.proc.wait()
     assert code == 0
     assert not pid_runs(child)
-    assert _pids_with_cmdline(b"sleep\x00321") == []
+    assert _pids_with_cmdline(f"sleep\0{_S}1\0".encode()) == []
 
 
 async def test_a_weak_marker_is_refused() -> None:
@@ -214,20 +217,20 @@ async def test_a_weak_marker_is_refused() -> None:
 
 async def test_a_kill_never_reaches_a_process_outside_the_agents_tree_even_with_the_marker() -> None:
     outsider_env = {**os.environ, "ROG_CALL": MARKER}
-    sleeper = ["sleep", "331"]
+    sleeper = ["sleep", f"{_S}3"]
     async with supervised_child(sleeper, stdout=subprocess.DEVNULL, env=outsider_env) as outsider:
         await _until_exec(outsider.pid, f"ROG_CALL={MARKER}".encode())
         async with local_agent("python3") as agent:
             await _hello(agent)
-            argv = ["sh", "-c", "setsid sleep 332 & sleep 333"]
+            argv = ["sh", "-c", f"setsid sleep {_S}4 & sleep {_S}5"]
             await agent.send(proto.encode(1, proto.EXEC, {**BASE, "argv": argv, "limit_s": 0.3}))
             result = await agent.final(1)
         assert outsider.returncode is None
-        assert _pids_with_cmdline(b"sleep\x00331") == [outsider.pid]
+        assert _pids_with_cmdline(f"sleep\0{_S}3\0".encode()) == [outsider.pid]
     assert result[3] is not None
     assert result[3]["timed_out"] is True
     assert result[3]["killed"] is True
-    assert _pids_with_cmdline(b"sleep\x00332") == []
+    assert _pids_with_cmdline(f"sleep\0{_S}4\0".encode()) == []
 
 
 async def test_the_loader_refuses_bytes_that_are_not_the_agent() -> None:

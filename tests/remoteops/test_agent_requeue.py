@@ -95,8 +95,14 @@ async def test_requests_queued_when_the_agent_dies_run_on_a_fresh_channel_and_th
     sshd: SshdInstance, shared_dir: Path
 ) -> None:
     marker = f"rogrequeue-{uuid.uuid4().hex}"
+    # master_check_idle_s: a channel idle that long has its master mux-checked before the next request;
+    # against the stopped master that check would time out and end the channel before anything is queued
+    # (a loaded machine can take over the default 1 s between the first call and the next ones)
     settings = TransportSettings(
-        ssh_config_file=sshd.ssh_config, control_dir=sshd.control_dir, carrier="agent"
+        ssh_config_file=sshd.ssh_config,
+        control_dir=sshd.control_dir,
+        carrier="agent",
+        master_check_idle_s=3600,
     )
     lost: list[TransportLost] = []
     answers: dict[int, str] = {}

@@ -119,10 +119,17 @@ async def _echo_server() -> AsyncIterator[int]:
 
 
 def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
+    return _free_ports(1)[0]
+
+
+def _free_ports(count: int) -> list[int]:
+    """``count`` distinct free loopback ports (their sockets are open together: the kernel cannot hand out
+    one port twice, as two bind-and-close calls in a row may)."""
+    with contextlib.ExitStack() as stack:
+        socks = [stack.enter_context(socket.socket()) for _ in range(count)]
+        for sock in socks:
+            sock.bind(("127.0.0.1", 0))
+        return [int(sock.getsockname()[1]) for sock in socks]
 
 
 async def _echo_round_trip(port: int, payload: bytes, socks_to: int | None = None) -> bytes:
@@ -297,7 +304,7 @@ async def test_scp_in_sftp_mode_lands_in_the_sandbox(target: EmbeddedTarget, sho
 
 async def test_local_dynamic_and_remote_forwards_carry_bytes(target: EmbeddedTarget, short_tmp: Path) -> None:
     control_path = short_tmp / "cm"
-    local_port, socks_port = _free_port(), _free_port()
+    local_port, socks_port = _free_ports(2)
     async with _echo_server() as echo_port, _master(target, control_path):
         mux = ["-o", f"ControlPath={control_path}", "-O", "forward"]
         forward = await _ssh(

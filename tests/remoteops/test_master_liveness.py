@@ -116,7 +116,9 @@ async def test_alive_and_check_answer_at_once_when_nobody_accepts_on_the_control
         tg.cancel_scope.cancel()
     assert verdicts == [False] * 10
     assert checks == [False] * 10
-    assert elapsed < 1.0  # neither waits nor spins until a deadline
+    # neither waits nor spins until a deadline (that would be _CONTROL_S, for the first check already); the
+    # twenty calls themselves take milliseconds: the rest is a loaded machine's headroom
+    assert elapsed < _CONTROL_S / 2
     assert ticker.max_gap < _MAX_GAP_S
 
 

@@ -6,6 +6,7 @@ no sudo but may ``su - ro-toor`` (a uid-0 account with a password), ``root`` log
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -85,18 +86,28 @@ async def test_password_sudo_feeds_the_password_after_the_prompt_and_the_payload
     assert [r.provider for r in secrets.asked] == ["sudo_password"]
 
 
-async def test_process_list_while_sudo_waits_never_shows_the_password(sshd: SshdInstance) -> None:
-    """The command runs as root under the waiting sudo and captures every argv and environment there."""
+async def test_process_list_while_sudo_waits_never_shows_the_password(
+    sshd: SshdInstance, shared_dir: Path
+) -> None:
+    """The command runs as root under the waiting sudo and captures every argv and environment there, into a
+    file: the whole list (already over the 64 KiB output cap here, and bigger on a busier machine), not the
+    head and tail of it that a result keeps."""
     secrets = FixedSecrets(sshd.pass_password)
-    capture = "ps -eww -o pid,args; for f in /proc/[0-9]*/environ /proc/[0-9]*/cmdline; do cat $f; echo; done"
+    listing = shared_dir / "processes"
+    capture = (
+        '{ ps -eww -o pid,args; for f in /proc/[0-9]*/environ /proc/[0-9]*/cmdline; do cat "$f"; echo; '
+        'done; } >"$1" 2>/dev/null; echo captured'
+    )
     async with _ops(sshd, providers=("sudo_password",)) as ops:
         with anyio.fail_after(60):
             result = await ops.run(
-                "pass", ["sh", "-c", capture], privilege="root", secrets=secrets, timeout_s=30
-            )
-    assert result.exit_code == 0
-    assert "sudo -S -p [rog-sudo-" in result.stdout  # the waiting sudo was in the list
-    assert sshd.pass_password not in result.stdout
+                "pass", ["sh", "-c", capture, "capture", str(listing)], privilege="root", secrets=secrets,
+                timeout_s=30,
+            )  # fmt: skip
+    assert (result.exit_code, result.stdout) == (0, "captured\n")
+    processes = listing.read_bytes()
+    assert b"sudo -S -p [rog-sudo-" in processes  # the waiting sudo was in the list
+    assert sshd.pass_password.encode() not in processes
     assert sshd.pass_password not in result.stderr
 
 

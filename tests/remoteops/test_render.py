@@ -79,9 +79,10 @@ def test_remote_time_limit_stops_the_command_with_and_without_timeout_binary(
         ["sleep", "30"], time_limit_s=0.3, kill_after_s=1, use_timeout_binary=use_timeout_binary
     )
     started = time.monotonic()
-    proc = subprocess.run(["sh", "-c", rendered.text], capture_output=True, check=False, timeout=10)
+    proc = subprocess.run(["sh", "-c", rendered.text], capture_output=True, check=False, timeout=25)
     markers = parse_markers(rendered, proc.stderr, b"", 0)
-    assert time.monotonic() - started < 5
+    # the limit (0.3 s) and the kill grace (1 s) with a loaded machine's headroom, far below the sleep's 30 s
+    assert time.monotonic() - started < 15
     assert markers.exit_code in (124, 143)
     assert proc.returncode == markers.exit_code
 
@@ -107,7 +108,7 @@ def test_invalid_env_names_are_rejected(name: str) -> None:
         render_command(["true"], time_limit_s=1, env={name: "x"})
 
 
-@settings(max_examples=200)
+@settings(max_examples=200, deadline=None)  # a property, not a timing: no per-example deadline
 @given(data=st.binary(max_size=3000), cap=st.integers(min_value=4, max_value=1000), chunk=st.integers(1, 700))
 def test_head_tail_capture_keeps_head_and_tail_and_counts_dropped(data: bytes, cap: int, chunk: int) -> None:
     buf = HeadTail(cap // 2, cap - cap // 2)

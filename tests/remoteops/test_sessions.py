@@ -301,6 +301,10 @@ async def test_the_sent_text_appears_in_no_argv_on_the_target(
             # a spy in the session records every argv on the machine while the text arrives
             spy = f"while :; do cat /proc/[0-9]*/cmdline 2>/dev/null | tr '\\0' ' ' >> {seen}; done"
             await sessions.send("plain", "work", f"( {spy} ) & spy=$!", enter=True)
+            # the spy has made a pass before the text is sent (a loaded machine may start it late: it would
+            # have recorded nothing while the text arrived); the target is this machine
+            while not (seen.exists() and seen.stat().st_size > 0):  # noqa: ASYNC110 - another process's file
+                await anyio.sleep(0.02)
             sent = await sessions.send("plain", "work", f"echo {secret} | wc -c", enter=True)
             await sessions.wait_for("plain", "work", "^ *[0-9]+$", since=sent.cursor_before)
             await sessions.send("plain", "work", 'kill "$spy"', enter=True)

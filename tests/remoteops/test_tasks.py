@@ -122,6 +122,9 @@ async def test_wait_reports_progress_with_the_bytes_so_far(
     async with ops_factory() as ops, running_tasks(ops, tmp_path / "state", root, settings, **fast) as tasks:
         with anyio.fail_after(60):
             info = await start_sh(tasks, f"echo first; {first.shell()}; echo second; {second.shell()}")
+            # the first line is out before the progress wait begins: a segment that ended before the task
+            # printed anything (a loaded machine) would report 0 bytes, which is no size this test expects
+            await tasks.wait(info.id, timeout_s=30, pattern="^first$", since=0)
             results: list[Any] = []
 
             async def waiter() -> None:
