@@ -21,12 +21,15 @@ from upstream import UpstreamSettings
 
 FAULT_SERVER = Path(__file__).resolve().parents[1] / "fixtures" / "fault_upstream.py"
 
+# Fast retries, generous ceilings: a stdio fault upstream (a Python with the MCP SDK's imports) starts in
+# 2-3 s here and took 7-10 s beside two CPU hogs on this 2-core machine; a connect_timeout_s below that
+# kills it mid-import on every attempt. A test about one of these bounds sets its own value.
 FAST_BACKOFF: dict[str, Any] = {
     "backoff_initial_s": 0.05,
     "backoff_max_s": 0.3,
     "backoff_multiplier": 2.0,
-    "connect_timeout_s": 5.0,
-    "call_wait_s": 5.0,
+    "connect_timeout_s": 60.0,
+    "call_wait_s": 60.0,
 }
 
 
@@ -64,8 +67,15 @@ class FaultServer:
         return data
 
     async def control(self, method: str, path: str, **params: Any) -> httpx.Response:
-        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{self.port}", timeout=10) as client:
+        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{self.port}", timeout=90) as client:
             return await client.request(method, path, params=params)
+
+    async def wait_standalone_stream(self) -> None:
+        """Until a client session's standalone GET stream is open: a notification that belongs to no
+        request (list_changed, resources/updated) is dropped by the server while it is not, and the
+        client opens it in the background after the handshake."""
+        response = await self.control("GET", "/control/standalone")
+        assert response.json() == {"standalone": True}
 
     async def kill_via_control(self) -> None:
         """Ask the server to exit right after answering, then reap it."""
