@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from acceptance import bench_exec
-from tests.fixtures.procs import processes_mentioning
+from tests.fixtures.procs import lingering_processes
 from tests.fixtures.sshd import sshd_unavailable_reason
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -54,4 +54,4 @@ def test_the_exec_benchmark_json_reports_every_row_and_cleans_up() -> None:
     assert {aim["what"] for aim in report["aims"]} >= {"gateway idle RSS"}
     work = report["workdir"]
     assert not Path(work).exists()
-    assert processes_mentioning(work) == []  # masters, gateway: all terminated and reaped
+    assert lingering_processes(work) == []  # masters, gateway: all terminated and reaped

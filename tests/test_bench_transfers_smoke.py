@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from acceptance import bench_transfers
-from tests.fixtures.procs import processes_mentioning
+from tests.fixtures.procs import lingering_processes
 from tests.fixtures.sshd import sshd_unavailable_reason
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -52,4 +52,4 @@ def test_the_transfer_benchmark_prints_every_row_at_a_small_size_and_cleans_up()
             assert row["ratio"] is not None
     assert (report["size_mib"], report["scaled_down"]) == (1, False)
     assert not Path(report["workdir"]).exists()
-    assert processes_mentioning(report["workdir"]) == []
+    assert lingering_processes(report["workdir"]) == []
