@@ -41,9 +41,10 @@ IMPLEMENTED = {
     "root",
     "redaction",
 }
-QUICK_BUDGET_S = 240.0
-"""A ceiling for a loaded shared machine; the quick run takes ~105 s on a 2-core VM at load 2-3 (the tasks,
-agent_channel, forwards and transfers phases ~30 s of it)."""
+QUICK_BUDGET_S = 600.0
+"""A ceiling for a loaded shared machine (quick must stay quick, not a timing check): the quick run takes
+~105-130 s on a 2-core VM at load 2-3 (the systemd phase ~55 s of it; the tasks, agent_channel, forwards and
+transfers phases ~30 s)."""
 
 
 @pytest.fixture(scope="module")
