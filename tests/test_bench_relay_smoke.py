@@ -24,7 +24,7 @@ pytestmark = [
 
 def test_bench_relay_runs_and_prints_its_rows() -> None:
     argv = [sys.executable, "-m", "acceptance.bench_relay", "--calls", "3", "--warmup", "1", "--no-peer"]
-    done = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=240, check=False)
+    done = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=600, check=False)
     assert done.returncode == 0, done.stderr[-4000:]
     for row in (bench_relay.ROW_DIRECT, bench_relay.ROW_DIRECT_STDIO, bench_relay.ROW_GW_HTTP):
         assert f"| {row} |" in done.stdout, done.stdout
@@ -35,7 +35,7 @@ def test_bench_relay_runs_and_prints_its_rows() -> None:
 def test_bench_relay_json_and_cleanup() -> None:
     argv = [sys.executable, "-m", "acceptance.bench_relay", "--calls", "3", "--warmup", "0", "--no-peer"]
     argv.append("--json")
-    done = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=240, check=False)
+    done = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=600, check=False)
     assert done.returncode == 0, done.stderr[-4000:]
     result = json.loads(done.stdout)
     subjects = [row["subject"] for row in result["rows"]]
