@@ -19,6 +19,7 @@ ROOT = Path(__file__).resolve().parents[1]
 pytestmark = [
     pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed"),
     pytest.mark.slow,
+    pytest.mark.timeout(660),  # the run's own ceiling (600 s) and slack, not the suite's 300 s
 ]
 
 

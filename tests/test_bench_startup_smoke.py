@@ -14,7 +14,10 @@ from acceptance import bench_startup
 
 ROOT = Path(__file__).resolve().parents[1]
 
-pytestmark = pytest.mark.slow  # a handful of interpreter start-ups, ~1 s each
+pytestmark = [
+    pytest.mark.slow,  # a handful of interpreter start-ups, ~1 s each
+    pytest.mark.timeout(660),  # the run's own ceiling (600 s) and slack, not the suite's 300 s
+]
 
 
 def test_bench_startup_runs_and_prints_its_rows() -> None:

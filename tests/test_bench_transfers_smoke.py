@@ -22,6 +22,7 @@ ROOT = Path(__file__).resolve().parents[1]
 pytestmark = [
     pytest.mark.sshd,
     pytest.mark.slow,
+    pytest.mark.timeout(660),  # the run's own ceiling (600 s) and slack, not the suite's 300 s
     pytest.mark.skipif(sshd_unavailable_reason() is not None, reason=str(sshd_unavailable_reason())),
 ]
 
