@@ -21,16 +21,17 @@ from upstream import UpstreamSettings
 
 FAULT_SERVER = Path(__file__).resolve().parents[1] / "fixtures" / "fault_upstream.py"
 
-# Fast retries, generous ceilings: a stdio fault upstream (a Python with the MCP SDK's imports) starts in
-# 2-3 s here and took 7-10 s beside two CPU hogs on this 2-core machine; a connect_timeout_s below that
-# kills it mid-import on every attempt. A test about one of these bounds sets its own value.
 FAST_BACKOFF: dict[str, Any] = {
     "backoff_initial_s": 0.05,
     "backoff_max_s": 0.3,
     "backoff_multiplier": 2.0,
-    "connect_timeout_s": 60.0,
-    "call_wait_s": 60.0,
+    "connect_timeout_s": 5.0,
+    "call_wait_s": 5.0,  # the gateway tests' outage cases rely on it: an unavailable answer within seconds
 }
+# A stdio fault upstream is a new Python with the MCP SDK's imports: 2-3 s here, 7-10 s beside CPU hogs on
+# this 2-core machine. A connect_timeout_s below that kills it mid-import on every attempt, and a call_wait_s
+# below it fails the first call (or the first after a restart). Ceilings: a test about a bound sets its own.
+STDIO_START: dict[str, Any] = {"connect_timeout_s": 60.0, "call_wait_s": 60.0}
 
 
 class FaultServer:
@@ -117,6 +118,7 @@ class StdioFault:
             "transport": "stdio",
             "command": [sys.executable, str(FAULT_SERVER), "--state-dir", str(self.state_dir), "--stdio"],
             **FAST_BACKOFF,
+            **STDIO_START,
         }
         values.update(overrides)
         return UpstreamSettings(**values)
