@@ -17,6 +17,7 @@ import httpx2
 import mcp_types as types
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
+from mcp.shared.dispatcher import ProgressFnT
 
 __all__ = ["GatewayClient", "error_code", "error_of", "structured"]
 
@@ -105,10 +106,14 @@ class GatewayClient:
         assert self._client is not None, "use GatewayClient as an async context manager"
         return self._client
 
-    async def call(self, name: str, arguments: Mapping[str, Any] | None = None) -> dict[str, Any]:
-        """``tools/call``; the result as wire JSON. A JSON-RPC error raises ``mcp.MCPError``."""
+    async def call(
+        self, name: str, arguments: Mapping[str, Any] | None = None, *, progress: ProgressFnT | None = None
+    ) -> dict[str, Any]:
+        """``tools/call``; the result as wire JSON. A JSON-RPC error raises ``mcp.MCPError``. ``progress``
+        receives the call's progress notifications."""
         request = types.CallToolRequest(params=types.CallToolRequestParams(name=name, arguments=arguments))
-        result = await self.client.session.send_request(request, types.CallToolResult)
+        session = self.client.session
+        result = await session.send_request(request, types.CallToolResult, progress_callback=progress)
         wire = result.model_dump(by_alias=True, mode="json", exclude_none=True)
         self._seen.append(json.dumps(wire))
         return wire

@@ -21,7 +21,9 @@ from tests.fixtures.procs import processes_mentioning
 
 __all__ = ["QUICK_CEILING_S", "run_suite", "selected_phases"]
 
-QUICK_CEILING_S = 60.0
+QUICK_CEILING_S = 300.0
+"""A phase's ceiling in quick mode (a hang guard, not a timing check): the longest phase, systemd, takes
+~55 s here and ~70 s beside a CPU hog; the others 1-30 s."""
 FULL_CEILING_S = 1200.0
 
 

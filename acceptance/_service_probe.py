@@ -7,8 +7,9 @@
 ``box``; prints stdouts, exit codes, latencies and the master counters.
 
 ``python -m acceptance._service_probe drain URL TOKEN_FILE MARKER``: opens a pane through the relay, starts a
-relayed ``wait_for_text`` that takes ``WAIT_S`` (its pattern never appears), writes MARKER while the call is
-in flight, and prints ``{is_error, code, started, finished}`` (wall-clock seconds) once the call returned.
+relayed ``wait_for_text`` that takes ``WAIT_S`` (its pattern never appears), writes MARKER once the call is
+in flight (its first progress notification came back through the gateway), and prints
+``{is_error, code, started, finished}`` (wall-clock seconds) once the call returned.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from acceptance._mcp import GatewayClient, error_code, structured
 
 __all__ = ["WAIT_S", "main"]
 
-WAIT_S = 4.0
+WAIT_S = 6.0
 
 
 async def _probe(command: str, url: str, token_file: Path, marker: Path | None) -> dict[str, Any]:
@@ -66,17 +67,25 @@ async def _probe(command: str, url: str, token_file: Path, marker: Path | None) 
                 "pane_id": pane["active_pane_id"],
                 "timeout": WAIT_S,
             }
+            in_flight = anyio.Event()
+
+            async def on_progress(progress: float, total: float | None, message: str | None) -> None:
+                in_flight.set()  # libtmux is waiting and the gateway relays: the call is in flight
+
             async with anyio.create_task_group() as tg:
 
                 async def call() -> None:
                     out["started"] = time.time()
-                    result = await client.call("wait_for_text", args)
+                    try:
+                        result = await client.call("wait_for_text", args, progress=on_progress)
+                    finally:
+                        in_flight.set()  # a call that ended without progress is reported, not waited on
                     out["finished"] = time.time()
                     out["is_error"] = result.get("isError") is True
                     out["code"] = error_code(result)
 
                 tg.start_soon(call)
-                await anyio.sleep(0.3)  # the request is on its way over loopback; the caller checks the drain
+                await in_flight.wait()
                 await anyio.to_thread.run_sync(marker.write_text, "in flight\n")
                 out["marker_at"] = time.time()
     finally:

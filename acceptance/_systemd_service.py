@@ -37,7 +37,9 @@ ROOT = Path(__file__).resolve().parents[1]
 OPS = ROOT / "ops"
 GATEWAY_UNIT = "remoteops-gateway.service"
 TERMINAL_UNIT = "remoteops-terminal-mcp.service"
-WATCHDOG_S = 3
+WATCHDOG_S = 5
+"""The drop-in's WatchdogSec. The gateway pings every WatchdogSec/2 after a /healthz answered within
+min(WatchdogSec/2, 2 s): at 3 s a slow but successful check could land a ping right at the deadline."""
 URL = "http://127.0.0.1:8765/mcp"
 TOKEN = "var/lib/remoteops-gateway/token"
 
@@ -163,7 +165,7 @@ def _relaying(target: SystemdTarget) -> bool:
 def _start(target: SystemdTarget, figures: dict[str, Any], check: Check) -> dict[str, str]:
     target.systemctl("start", SSHD_UNIT, timeout_s=60)
     started = time.monotonic()
-    target.systemctl("start", GATEWAY_UNIT, timeout_s=90)  # returns after READY=1 (Type=notify)
+    target.systemctl("start", GATEWAY_UNIT, timeout_s=180)  # returns after READY=1 (Type=notify)
     figures["start_until_ready_s"] = round(time.monotonic() - started, 2)
     gw = target.show(
         GATEWAY_UNIT, "ActiveState", "SubState", "MainPID", "StatusText", "NRestarts", "WatchdogUSec"
@@ -214,12 +216,18 @@ def _freeze_and_restart(
     old = gw["MainPID"]
     target.run("kill", "-STOP", old)
     frozen = time.monotonic()
+    frozen_usec = _monotonic_usec(target)  # after the kill returned: the freeze was no later than this
 
     def fired() -> bool:  # systemd leaves "running" the moment the watchdog fires (SIGABRT, then restart)
         now = target.show(GATEWAY_UNIT, "SubState", "MainPID")
         return now["SubState"] != "running" or now["MainPID"] != old
 
-    detected_s = _wait("watchdog timeout", WATCHDOG_S * 4 + 10, fired, 0.05)
+    _wait("watchdog timeout", WATCHDOG_S * 4 + 30, fired, 0.05)
+    # When it fired, as systemd recorded it (the unit left "active"), not when a poll through nsenter and
+    # systemctl saw it: that poll alone can take a second on a loaded machine.
+    exit_stamp = "ActiveExitTimestampMonotonic"
+    left_active = int(target.show(GATEWAY_UNIT, exit_stamp)[exit_stamp])
+    detected_s = (left_active - frozen_usec) / 1e6
 
     def active_again() -> bool:
         now = target.show(GATEWAY_UNIT, "ActiveState", "SubState", "MainPID")
@@ -229,7 +237,7 @@ def _freeze_and_restart(
             and now["MainPID"] not in ("0", old)
         )
 
-    _wait("gateway active again", 60, active_again, 0.05)
+    _wait("gateway active again", 180, active_again, 0.05)
     back_s = time.monotonic() - frozen
     journal = target.journal(GATEWAY_UNIT)
     check("Watchdog timeout" in journal, f"no watchdog timeout in the journal:\n{journal[-3000:]}")
@@ -241,7 +249,7 @@ def _freeze_and_restart(
     term_after = target.show(TERMINAL_UNIT, "MainPID", "NRestarts", "ActiveState")
     check(term_after["MainPID"] == term_before["MainPID"], f"the terminal unit was restarted: {term_after}")
     check(term_after["ActiveState"] == "active" and term_after["NRestarts"] == "0", f"terminal: {term_after}")
-    relay_s = _wait("relay after restart", 45, lambda: _relaying(target), 0.3)
+    relay_s = _wait("relay after restart", 120, lambda: _relaying(target), 0.3)
     final = target.show(GATEWAY_UNIT, "NRestarts", "MainPID")
     check(final["NRestarts"] == "1", f"restarts: {final}")
     figures.update(
@@ -264,7 +272,7 @@ def _stop_drains(target: SystemdTarget, figures: dict[str, Any], check: Check) -
         cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True,
     )  # fmt: skip
     try:
-        _wait("relayed call in flight", 30, lambda: marker.exists() or probe.poll() is not None, 0.02)
+        _wait("relayed call in flight", 90, lambda: marker.exists() or probe.poll() is not None, 0.02)
         if probe.poll() is not None:
             check(False, f"drain probe exited early: {probe.communicate(timeout=10)}")
         stop_started = time.time()
@@ -278,7 +286,8 @@ def _stop_drains(target: SystemdTarget, figures: dict[str, Any], check: Check) -
     check(probe.returncode == 0, f"drain probe exited {probe.returncode}: {out}{err[-3000:]}")
     call = json.loads(out.strip().splitlines()[-1])
     check(call.get("is_error") is False, f"the in-flight call did not complete normally: {call}")
-    check(call["finished"] <= stop_done, "the call finished after the gateway had stopped")
+    # Its answer came from the stopping gateway itself (a success; the session dies with the process). Not
+    # compared with stop_done: the probe's clock reading after the answer races the gateway's exit.
     check(call["finished"] - call["started"] >= WAIT_S - 0.5, f"the in-flight call was cut short: {call}")
     check(call["finished"] > stop_started + 1.0, f"the call was not in flight when the stop began: {call}")
     stopped = target.show(GATEWAY_UNIT, "ActiveState", "Result")
@@ -307,7 +316,7 @@ def run_service_scenario(figures: dict[str, Any], check: Check) -> dict[str, Any
         figures["boot_s"] = target.boot_s
         gw = _start(target, figures, check)
         _watchdog_keeps_alive(target, gw, figures, check)
-        relay_s = _wait("relay", 45, lambda: _relaying(target), 0.3)
+        relay_s = _wait("relay", 120, lambda: _relaying(target), 0.3)
         figures["relay_connected_after_alive_window_s"] = round(relay_s, 2)
         _exec_in_sandbox(target, figures, check)
         _freeze_and_restart(target, gw, figures, check)

@@ -64,7 +64,7 @@ __all__ = ["main"]
 
 TOOL = "list_sessions"
 WARMUP = 10
-_READY_S = 30.0
+_READY_S = 120.0  # a ceiling: fastmcp starts in ~3 s here, 6+ s on a loaded 2-core machine
 _STOP_S = 5.0
 
 ROW_DIRECT = "direct HTTP (baseline)"

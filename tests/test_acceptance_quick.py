@@ -17,8 +17,6 @@ import pytest
 from acceptance._registry import REGISTRY
 from acceptance._runner import selected_phases
 
-pytestmark = [pytest.mark.slow, pytest.mark.sshd]
-
 ROOT = Path(__file__).resolve().parents[1]
 IMPLEMENTED = {
     "exec",
@@ -41,9 +39,14 @@ IMPLEMENTED = {
     "root",
     "redaction",
 }
-QUICK_BUDGET_S = 240.0
-"""A ceiling for a loaded shared machine; the quick run takes ~105 s on a 2-core VM at load 2-3 (the tasks,
-agent_channel, forwards and transfers phases ~30 s of it)."""
+QUICK_BUDGET_S = 600.0
+"""A ceiling for a loaded shared machine (quick must stay quick, not a timing check): the quick run takes
+~105-130 s on a 2-core VM at load 2-3 and took 249 s at load 9 (the systemd phase ~55-60 s of it; tasks,
+agent_channel, forwards, transfers, sessions and root 10-30 s each)."""
+
+# The module's fixture runs the whole quick run inside the first test: the suite's 300 s per-test timeout
+# (pyproject) would cut it before its own ceiling.
+pytestmark = [pytest.mark.slow, pytest.mark.sshd, pytest.mark.timeout(QUICK_BUDGET_S + 180)]
 
 
 @pytest.fixture(scope="module")

@@ -12,19 +12,20 @@ from pathlib import Path
 import pytest
 
 from acceptance import bench_relay
-from tests.fixtures.procs import processes_mentioning
+from tests.fixtures.procs import lingering_processes
 
 ROOT = Path(__file__).resolve().parents[1]
 
 pytestmark = [
     pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed"),
     pytest.mark.slow,
+    pytest.mark.timeout(660),  # the run's own ceiling (600 s) and slack, not the suite's 300 s
 ]
 
 
 def test_bench_relay_runs_and_prints_its_rows() -> None:
     argv = [sys.executable, "-m", "acceptance.bench_relay", "--calls", "3", "--warmup", "1", "--no-peer"]
-    done = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=240, check=False)
+    done = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=600, check=False)
     assert done.returncode == 0, done.stderr[-4000:]
     for row in (bench_relay.ROW_DIRECT, bench_relay.ROW_DIRECT_STDIO, bench_relay.ROW_GW_HTTP):
         assert f"| {row} |" in done.stdout, done.stdout
@@ -35,7 +36,7 @@ def test_bench_relay_runs_and_prints_its_rows() -> None:
 def test_bench_relay_json_and_cleanup() -> None:
     argv = [sys.executable, "-m", "acceptance.bench_relay", "--calls", "3", "--warmup", "0", "--no-peer"]
     argv.append("--json")
-    done = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=240, check=False)
+    done = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=600, check=False)
     assert done.returncode == 0, done.stderr[-4000:]
     result = json.loads(done.stdout)
     subjects = [row["subject"] for row in result["rows"]]
@@ -44,7 +45,8 @@ def test_bench_relay_json_and_cleanup() -> None:
     assert result["peer_mode"] is None
     # Every process that used the benchmark's tmux socket is gone, and so is the socket.
     sock = result["tmux_socket"]
-    assert processes_mentioning(f"LIBTMUX_SOCKET={sock}", environ=True) == []
-    assert processes_mentioning(sock, environ=True) == []
+    # (a killed tmux server's pane shells exit on their SIGHUP, after kill-server returned: given a grace)
+    assert lingering_processes(f"LIBTMUX_SOCKET={sock}", environ=True) == []
+    assert lingering_processes(sock, environ=True) == []
     tmpdir = Path(os.environ.get("TMUX_TMPDIR", "/tmp")) / f"tmux-{os.getuid()}"
     assert not (tmpdir / sock).exists()

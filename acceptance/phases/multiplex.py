@@ -6,6 +6,8 @@ import os
 import signal
 from typing import Any
 
+import anyio
+
 from acceptance._env import Env
 from acceptance._mcp import structured
 from acceptance._registry import PhaseContext, phase, pid_gone
@@ -49,7 +51,16 @@ async def multiplex(ctx: PhaseContext) -> None:
     mux = await _plain_mux(env)
     old_pid = mux["master_pid"]
     ctx.check(mux["master_alive"] is True and isinstance(old_pid, int), f"no live master: {mux}")
-    os.kill(old_pid, signal.SIGKILL)
+    # A stale master is a dead one: the call below waits until the kill took effect (its pidfd turns readable;
+    # SIGKILL ends the process only once it is scheduled). A master dying while a request is being written
+    # is another case, rightly answered transport_lost (it may have run).
+    fd = os.pidfd_open(old_pid)
+    try:
+        os.kill(old_pid, signal.SIGKILL)
+        with anyio.fail_after(30):
+            await anyio.wait_readable(fd)
+    finally:
+        os.close(fd)
     ctx.created(f"killed master {old_pid} reaped by the gateway", lambda: pid_gone(old_pid))
     result, recovery_ms = await timed(call("remote_exec", {"target": "plain", "argv": ["echo", "again"]}))
     ctx.check(structured(result)["stdout"] == "again\n", f"call after the master was killed: {result}")

@@ -63,7 +63,11 @@ async def _exec_with_secrets(ctx: PhaseContext, shared: Path) -> tuple[dict[str,
     """remote_exec with a stdin and an env secret; scan command lines while it runs."""
     env = ctx.env
     marker = shared / f"running-{uuid.uuid4().hex[:8]}"
-    script = f"touch {marker}; read -r line; sleep 1; printf '%s %s' ${{#line}} ${{#DB_PASSWORD}}"
+    release = shared / f"release-{uuid.uuid4().hex[:8]}"
+    # it runs until the scan is done (the release file; ~50 s at most, inside the default 60 s exec limit),
+    # not for a fixed second the scan of a loaded machine's process list might overrun
+    wait = f"i=0; while [ ! -e {release} ] && [ $i -lt 1000 ]; do sleep 0.05; i=$((i+1)); done"
+    script = f"touch {marker}; read -r line; {wait}; printf '%s %s' ${{#line}} ${{#DB_PASSWORD}}"
     results: list[dict[str, Any]] = []
 
     async def run() -> None:
@@ -83,6 +87,7 @@ async def _exec_with_secrets(ctx: PhaseContext, shared: Path) -> tuple[dict[str,
 
         await wait_until(started, 20, interval_s=0.02)
         lines = await anyio.to_thread.run_sync(_cmdlines)
+        await anyio.to_thread.run_sync(release.touch)
     seen_marker = sum(str(marker).encode() in line for line in lines)
     stdin_hits = sum(env.secrets.exec_stdin.encode() in line for line in lines)
     return results[0], seen_marker, stdin_hits

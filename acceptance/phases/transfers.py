@@ -31,9 +31,10 @@ AWKWARD = ["with space", "new\nline", "ünïcødé ✓ 名前", "-leading-dash",
 SLACK = 256 * 1024
 """rsync matches whole blocks: a resume may resend up to about one block more than the remainder."""
 _RAW_S = 300.0
-STOP_AFTER_S = 2.5
-"""The throttled download's time limit: its probes (a few hundred ms on a loaded machine) fit well inside,
-so the copy has started and left a partial file when it is stopped."""
+STOP_AFTER_S = 4.0
+"""The throttled download's time limit: its probes and rsync's start (a few hundred ms here, more on a busier
+machine) fit well inside, so the copy has started and left a partial file when it is stopped; at the
+throttle (1 or 4 MiB/s) it cannot have finished the 8 or 24 MiB file by then."""
 
 
 def _write_random(path: Path, size: int) -> None:
@@ -167,7 +168,7 @@ async def transfers(ctx: PhaseContext) -> None:
     ctx.check(error_code(again) == "conflict", f"an existing destination with overwrite=fail: {again}")
 
     # -- a download stopped at its time limit, then resumed on evidence ----------------------------------
-    size = ctx.n(6, 16) * MIB
+    size = ctx.n(8, 24) * MIB
     _write_random(remote / "big.bin", size)
     (remote / "big.bin").chmod(0o644)
     stopped = await copy(

@@ -26,8 +26,12 @@ FAST_BACKOFF: dict[str, Any] = {
     "backoff_max_s": 0.3,
     "backoff_multiplier": 2.0,
     "connect_timeout_s": 5.0,
-    "call_wait_s": 5.0,
+    "call_wait_s": 5.0,  # the gateway tests' outage cases rely on it: an unavailable answer within seconds
 }
+# A stdio fault upstream is a new Python with the MCP SDK's imports: 2-3 s here, 7-10 s beside CPU hogs on
+# this 2-core machine. A connect_timeout_s below that kills it mid-import on every attempt, and a call_wait_s
+# below it fails the first call (or the first after a restart). Ceilings: a test about a bound sets its own.
+STDIO_START: dict[str, Any] = {"connect_timeout_s": 60.0, "call_wait_s": 60.0}
 
 
 class FaultServer:
@@ -64,8 +68,15 @@ class FaultServer:
         return data
 
     async def control(self, method: str, path: str, **params: Any) -> httpx.Response:
-        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{self.port}", timeout=10) as client:
+        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{self.port}", timeout=90) as client:
             return await client.request(method, path, params=params)
+
+    async def wait_standalone_stream(self) -> None:
+        """Until a client session's standalone GET stream is open: a notification that belongs to no
+        request (list_changed, resources/updated) is dropped by the server while it is not, and the
+        client opens it in the background after the handshake."""
+        response = await self.control("GET", "/control/standalone")
+        assert response.json() == {"standalone": True}
 
     async def kill_via_control(self) -> None:
         """Ask the server to exit right after answering, then reap it."""
@@ -107,6 +118,7 @@ class StdioFault:
             "transport": "stdio",
             "command": [sys.executable, str(FAULT_SERVER), "--state-dir", str(self.state_dir), "--stdio"],
             **FAST_BACKOFF,
+            **STDIO_START,
         }
         values.update(overrides)
         return UpstreamSettings(**values)

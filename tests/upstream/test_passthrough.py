@@ -99,6 +99,7 @@ async def test_list_changed_refetches_the_tools_and_calls_the_registered_callbac
         with anyio.fail_after(20):
             first = await receive.receive()  # the first connect publishes the list
             assert "added" not in first
+            await fault_http.wait_standalone_stream()  # where the server sends list_changed
             await up.call_tool("add_tool", {"name": "added"})
             second = await receive.receive()
             assert second[-1] == "added"

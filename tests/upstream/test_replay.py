@@ -125,7 +125,8 @@ async def test_fifty_callers_during_an_outage_share_one_reconnect_attempt_and_ge
         for exc, elapsed in outcomes:
             assert isinstance(exc, UpstreamUnavailable)
             assert exc.retryable is True
-            assert elapsed <= wait_s + 1.0
+            # call_wait_s plus headroom for a loaded machine's loop stalls
+            assert elapsed <= wait_s + 3.0
         health = up.health()
         assert health.attempts_in_flight_max == 1
         assert health.connect_attempts >= 2

@@ -42,7 +42,7 @@ async def direct_view(direct: Any) -> dict[str, Any]:
 
 
 async def compare(settings: UpstreamSettings, direct: Any) -> None:
-    with anyio.fail_after(60):
+    with anyio.fail_after(120):  # two libtmux-mcp start-ups (~3 s each here, 6+ s on a loaded machine)
         expected = await direct_view(direct)
         async with Upstream(settings) as up:
             await up.list_tools()  # the first connect is made
@@ -65,7 +65,12 @@ async def test_libtmux_over_stdio_templates_prompts_a_read_and_a_prompt_are_iden
     with libtmux.tmux_socket("surface", session="s1") as socket:
         env = libtmux.libtmux_env(socket)
         settings = UpstreamSettings(
-            name="tmux", transport="stdio", command=libtmux.stdio_command(), env=env, connect_timeout_s=30
+            name="tmux",
+            transport="stdio",
+            command=libtmux.stdio_command(),
+            env=env,
+            connect_timeout_s=60,
+            call_wait_s=60,
         )
         await compare(settings, libtmux.stdio_params(socket))
 
@@ -73,5 +78,7 @@ async def test_libtmux_over_stdio_templates_prompts_a_read_and_a_prompt_are_iden
 async def test_libtmux_over_http_templates_prompts_a_read_and_a_prompt_are_identical() -> None:
     with libtmux.tmux_socket("surface", session="s1") as socket:
         async with libtmux.libtmux_http(socket) as url:
-            settings = UpstreamSettings(name="tmux", transport="http", url=url, connect_timeout_s=30)
+            settings = UpstreamSettings(
+                name="tmux", transport="http", url=url, connect_timeout_s=60, call_wait_s=60
+            )
             await compare(settings, url)

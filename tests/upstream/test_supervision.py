@@ -206,8 +206,10 @@ async def test_a_wedged_idle_upstream_is_noticed_by_liveness_and_reconnected_whe
 ) -> None:
     assert fault_http.proc is not None
     pid = fault_http.proc.pid
+    # liveness_timeout_s: 10 probe intervals, so a loaded machine's slow pong is not taken for the wedge;
+    # connect_timeout_s: attempts made while the server is stopped end (or are answered after SIGCONT)
     settings = fault_http.settings(
-        mode=mode, keepalive_interval_s=0.2, liveness_timeout_s=0.7, connect_timeout_s=2
+        mode=mode, keepalive_interval_s=0.2, liveness_timeout_s=2.0, connect_timeout_s=10
     )
     async with Upstream(settings) as up:
         try:
