@@ -35,7 +35,7 @@ from gateway.tools import all_specs
 from tests.fixtures.gateway_proc import GatewayProcess, run_gateway
 from tests.fixtures.mcp_client import all_tools
 from tests.fixtures.procs import free_port
-from tests.upstream.conftest import FAST_BACKOFF, FAULT_SERVER, FaultServer
+from tests.upstream.conftest import FAST_BACKOFF, FAULT_SERVER, STDIO_START, FaultServer
 
 pytestmark = pytest.mark.anyio
 
@@ -257,7 +257,7 @@ async def test_a_stdio_upstream_killed_mid_call_gives_upstream_ambiguous_and_is_
     state = tmp_path / "fault"
     state.mkdir()
     command = [sys.executable, str(FAULT_SERVER), "--state-dir", str(state), "--stdio"]
-    conn = {"name": "fault", "transport": "stdio", "command": command, **FAST_BACKOFF}
+    conn = {"name": "fault", "transport": "stdio", "command": command, **FAST_BACKOFF, **STDIO_START}
     inbox = Inbox()
     async with serve_gateway(tmp_path, inbox, upstreams=[{"connection": conn}]) as (client, _):
         with anyio.fail_after(30):
@@ -419,6 +419,7 @@ async def test_an_upstream_list_changed_is_forwarded_and_the_new_tool_is_relayed
         with anyio.fail_after(30):
             await wait_listed(client, inbox, FAULT_TOOLS)
             seen = inbox.list_changed
+            await fault.wait_standalone_stream()  # the gateway's GET stream: where list_changed is sent
             added = await client.call_tool("add_tool", {"name": "fresh_tool"})
             # Listed once a list_changed made it so (a list_changed of the first connect may still arrive
             # after the first listing, and wake a single wait_beyond before the refresh was published).
@@ -477,6 +478,7 @@ async def test_a_relayed_tool_named_like_an_own_tool_is_dropped_under_prefer_own
         with anyio.fail_after(30):
             await wait_listed(client, inbox, FAULT_TOOLS)
             seen = inbox.list_changed
+            await fault.wait_standalone_stream()  # the gateway's GET stream: where list_changed is sent
             await client.call_tool("add_tool", {"name": "gateway_health"})
             # Until the refresh is published (a late list_changed of the first connect may wake a single
             # wait_beyond before it): the dropped name shows in gateway_health, never in tools/list.
@@ -500,6 +502,7 @@ async def test_a_relayed_tool_named_like_an_own_tool_is_served_renamed_under_pre
         with anyio.fail_after(30):
             await wait_listed(client, inbox, FAULT_TOOLS)
             seen = inbox.list_changed
+            await fault.wait_standalone_stream()  # the gateway's GET stream: where list_changed is sent
             await client.call_tool("add_tool", {"name": "gateway_health"})
             listed = await wait_listed(client, inbox, {"upstream_gateway_health"})
             assert inbox.list_changed > seen

@@ -24,7 +24,7 @@ from mcp.client.session import IncomingMessage
 
 from tests.fixtures.procs import free_port
 from tests.gateway.test_relay import connection, poll_upstream, serve_gateway, upstream_health
-from tests.upstream.conftest import FAST_BACKOFF, FAULT_SERVER, FaultServer
+from tests.upstream.conftest import FAST_BACKOFF, FAULT_SERVER, STDIO_START, FaultServer
 
 pytestmark = pytest.mark.anyio
 
@@ -101,7 +101,7 @@ async def test_a_read_whose_stdio_upstream_dies_mid_read_is_ambiguous_and_never_
     tmp_path: Path,
 ) -> None:
     command = [sys.executable, str(FAULT_SERVER), "--state-dir", str(tmp_path), "--stdio"]
-    conn = {"name": "fault", "transport": "stdio", "command": command, **FAST_BACKOFF}
+    conn = {"name": "fault", "transport": "stdio", "command": command, **FAST_BACKOFF, **STDIO_START}
     async with serve_gateway(tmp_path, upstreams=[{"connection": conn}]) as (client, rt):
         with anyio.fail_after(30):
             with pytest.raises(MCPError) as lost:
@@ -150,6 +150,7 @@ async def test_subscriptions_resource_updates_and_prompt_list_changes_reach_the_
                 capabilities = client.server_capabilities
                 await subscription(client, "fault://static", subscribe=True)
                 subscribed = json.loads((fault.state_dir / "subscribed.json").read_text())
+                await fault.wait_standalone_stream()  # the gateway's GET stream: where updates are sent
                 await client.call_tool("touch", {"uri": "fault://static"})
                 updated = await notices.wait_for(types.ResourceUpdatedNotification)
                 await client.call_tool("add_prompt", {"name": "later"})
@@ -308,6 +309,7 @@ async def test_every_page_of_the_upstreams_resource_template_and_prompt_lists_is
         settings: dict[str, Any] = {"upstreams": [{"connection": connection(fault, first_list_wait_s=20)}]}
         async with serve_gateway(tmp_path, notices, **settings) as (client, _):  # type: ignore[arg-type]
             with anyio.fail_after(30):
+                await fault.wait_standalone_stream()  # the list_changed of each addition reaches the gateway
                 for name in ("one", "two"):  # three resources and three prompts: three pages each
                     await client.call_tool("add_resource", {"name": name})
                     await client.call_tool("add_prompt", {"name": f"p-{name}"})
@@ -350,6 +352,7 @@ async def test_an_upstreams_resources_list_changed_reaches_the_client_and_the_ne
         async with serve_gateway(tmp_path, notices, **settings) as (client, _):  # type: ignore[arg-type]
             with anyio.fail_after(30):
                 before = [str(r.uri) for r in (await client.list_resources()).resources]
+                await fault.wait_standalone_stream()  # the gateway's GET stream: where list_changed is sent
                 await client.call_tool("add_resource", {"name": "late"})
                 changed = await notices.wait_for(types.ResourceListChangedNotification)
                 after = [str(r.uri) for r in (await client.list_resources()).resources]
