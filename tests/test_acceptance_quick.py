@@ -6,9 +6,13 @@ left nothing behind. How a ``not_built`` phase is reported and rendered: tests/t
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +20,7 @@ import pytest
 
 from acceptance._registry import REGISTRY
 from acceptance._runner import selected_phases
+from tests.fixtures.procs import pid_runs
 
 ROOT = Path(__file__).resolve().parents[1]
 IMPLEMENTED = {
@@ -49,20 +54,41 @@ agent_channel, forwards, transfers, sessions and root 10-30 s each)."""
 pytestmark = [pytest.mark.slow, pytest.mark.sshd, pytest.mark.timeout(QUICK_BUDGET_S + 180)]
 
 
+def _run_reaped(argv: list[str], timeout_s: float, grace_s: float = 60) -> subprocess.CompletedProcess[str]:
+    """Run the acceptance command in its own session. Past ``timeout_s`` (or when this test is interrupted,
+    e.g. by pytest-timeout) SIGTERM it: the runner unwinds like Ctrl-C and stops what it started. After a
+    bounded wait, SIGKILL whatever is left of its process group. A plain ``subprocess.run`` would kill only
+    the runner and leave its gateways, sshd and upstream running (seen after a timeout)."""
+    proc = subprocess.Popen(
+        argv,
+        cwd=ROOT,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        out, err = proc.communicate(timeout=timeout_s)
+    except BaseException:
+        with contextlib.suppress(ProcessLookupError):
+            proc.send_signal(signal.SIGTERM)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.communicate(timeout=grace_s)
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate(timeout=30)
+        raise
+    return subprocess.CompletedProcess(argv, proc.returncode, out, err)
+
+
 @pytest.fixture(scope="module")
 def report(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     if sys.platform != "linux":
         pytest.skip("the acceptance suite drives Linux-only peers (sshd, /proc, namespaces)")
     out = tmp_path_factory.mktemp("acceptance")
-    run = subprocess.run(
-        [sys.executable, "-m", "gateway", "acceptance", "--quick", "--out", str(out)],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=QUICK_BUDGET_S + 120,
-        check=False,
-        stdin=subprocess.DEVNULL,
-    )
+    argv = [sys.executable, "-m", "gateway", "acceptance", "--quick", "--out", str(out)]
+    run = _run_reaped(argv, timeout_s=QUICK_BUDGET_S + 120)
     json_path, md_path = out / "acceptance-report.json", out / "acceptance-report.md"
     assert json_path.exists(), f"exit {run.returncode}\n{run.stdout}\n{run.stderr[-6000:]}"
     data: dict[str, Any] = json.loads(json_path.read_text(encoding="utf-8"))
@@ -157,3 +183,21 @@ def test_the_markdown_report_has_a_row_per_phase(report: dict[str, Any]) -> None
     for name, phase in _phases(report).items():
         row = next(line for line in markdown.splitlines() if line.startswith(f"| `{name}`"))
         assert f"| {phase['status']}" in row, row
+
+
+def test_a_timed_out_run_is_terminated_with_everything_it_started(tmp_path: Path) -> None:
+    pids = tmp_path / "pids"
+    script = (
+        "import pathlib, signal, subprocess, sys, time\n"
+        "signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"  # a runner stuck in its cleanup: SIGKILL follows
+        "child = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)'])\n"
+        f"pathlib.Path({str(pids)!r}).write_text(f'{{child.pid}}')\n"
+        "time.sleep(600)\n"
+    )
+    with pytest.raises(subprocess.TimeoutExpired):
+        _run_reaped([sys.executable, "-c", script], timeout_s=3, grace_s=2)
+    child = int(pids.read_text())
+    deadline = time.monotonic() + 30
+    while pid_runs(child) and time.monotonic() < deadline:  # SIGKILL was sent: only its delivery is left
+        time.sleep(0.05)
+    assert not pid_runs(child), "the runner's child outlived the timeout"
