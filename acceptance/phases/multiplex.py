@@ -6,12 +6,11 @@ import os
 import signal
 from typing import Any
 
-import anyio
-
 from acceptance._env import Env
 from acceptance._mcp import structured
 from acceptance._registry import PhaseContext, phase, pid_gone
 from acceptance.phases._util import health, ms_figures, timed
+from tests.fixtures.procs import wait_gone
 
 __all__ = ["multiplex"]
 
@@ -54,13 +53,8 @@ async def multiplex(ctx: PhaseContext) -> None:
     # A stale master is a dead one: the call below waits until the kill took effect (its pidfd turns readable;
     # SIGKILL ends the process only once it is scheduled). A master dying while a request is being written
     # is another case, rightly answered transport_lost (it may have run).
-    fd = os.pidfd_open(old_pid)
-    try:
-        os.kill(old_pid, signal.SIGKILL)
-        with anyio.fail_after(30):
-            await anyio.wait_readable(fd)
-    finally:
-        os.close(fd)
+    os.kill(old_pid, signal.SIGKILL)
+    await wait_gone(old_pid, 30)
     ctx.created(f"killed master {old_pid} reaped by the gateway", lambda: pid_gone(old_pid))
     result, recovery_ms = await timed(call("remote_exec", {"target": "plain", "argv": ["echo", "again"]}))
     ctx.check(structured(result)["stdout"] == "again\n", f"call after the master was killed: {result}")
