@@ -162,7 +162,11 @@ def _gateway_argv(work: Path) -> list[str]:
 
 
 FLOOR_ARGV = [sys.executable, "-c", "import mcp.server.lowlevel.server, mcp.server.stdio"]
-IMPORTS_ARGV = [sys.executable, "-c", "import gateway.cli, gateway._serve, gateway._runtime, gateway.tools"]
+IMPORTS_ARGV = [
+    sys.executable,
+    "-c",
+    "import gateway.cli, gateway.serving.serve, gateway._runtime, gateway.tools",
+]
 
 
 def _peer() -> tuple[list[str], dict[str, str]] | None:

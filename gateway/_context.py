@@ -6,12 +6,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from gateway._policy import Policy, Principal
+from gateway.auth.policy import Policy, Principal
 from upstream import ProgressCallback
 
 if TYPE_CHECKING:
     from gateway._runtime import Runtime
-    from gateway._secret_broker import Resume, UrlElicitor
+    from gateway.secrets.broker import Resume, UrlElicitor
 
 __all__ = ["ToolContext"]
 

@@ -29,9 +29,9 @@ from gateway._catalog import AnySpec
 from gateway._context import ToolContext
 from gateway._errmap import translate
 from gateway._errors import ErrorCode, ToolFailure
-from gateway._policy import Policy, Principal
 from gateway._redact import Redactor
-from gateway._secret_broker import INPUT_KEY, Resume, UrlElicitor
+from gateway.auth.policy import Policy, Principal
+from gateway.secrets.broker import INPUT_KEY, Resume, UrlElicitor
 from remoteops import SecretRequired
 from upstream import ElicitCallback, ProgressCallback, UpstreamRejected
 

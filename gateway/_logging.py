@@ -3,7 +3,7 @@
 structlog records and standard-library records (mcp, uvicorn, asyncssh, httpx, the `upstream`
 package) go through one handler and one `structlog.stdlib.ProcessorFormatter`: the same fields
 (`timestamp`, `level`, `logger`, `event`), the same redactor, the same JSON renderer. A relayed stdio
-upstream's stderr arrives here line by line as `upstream_stderr` records (see `gateway._relay`).
+upstream's stderr arrives here line by line as `upstream_stderr` records (see `gateway.relay.tools`).
 
 stdout is never touched (in stdio mode it carries the protocol). The gateway's own loggers (`gateway`,
 `upstream`, `remoteops`) log at the configured level; other libraries at WARNING unless debug logging

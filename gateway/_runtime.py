@@ -16,14 +16,14 @@ from datetime import UTC, datetime
 from types import TracebackType
 from typing import TYPE_CHECKING, Self
 
-from gateway._audit import AuditLog
 from gateway._catalog import AnySpec, Catalog, build_catalog
 from gateway._redact import Redactor
-from gateway._relay import Relay
-from gateway._secret_broker import SecretBroker
-from gateway._secret_listener import LoopbackListener
 from gateway._version import __version__
+from gateway.audit.log import AuditLog
 from gateway.config import Settings
+from gateway.relay.tools import Relay
+from gateway.secrets.broker import SecretBroker
+from gateway.secrets.listener import LoopbackListener
 from remoteops import (
     ForwardManager,
     RemoteOps,
@@ -35,7 +35,7 @@ from remoteops import (
 )
 
 if TYPE_CHECKING:
-    from gateway._audit_ship import AuditShipper
+    from gateway.audit.ship import AuditShipper
 
 __all__ = ["Identity", "Runtime"]
 
@@ -53,7 +53,7 @@ class Identity:
 def _shipper(settings: Settings, redactor: Redactor) -> AuditShipper | None:
     if not settings.audit.ship.url:
         return None
-    from gateway._audit_ship import build_shipper  # tenacity and httpx only when shipping is configured
+    from gateway.audit.ship import build_shipper  # tenacity and httpx only when shipping is configured
 
     return build_shipper(settings, redactor)
 

@@ -30,12 +30,12 @@ import anyio
 from gateway._catalog import AnySpec, build_catalog
 from gateway._demo import demo_settings
 from gateway._errors import ConfigError, GatewayError
-from gateway._http import ensure_token
 from gateway._logging import configure_logging
 from gateway._redact import Redactor
-from gateway._serve import serve_http, serve_stdio
 from gateway._version import __version__
 from gateway.config import Settings, load_settings
+from gateway.serving.http import ensure_token
+from gateway.serving.serve import serve_http, serve_stdio
 from gateway.tools import all_specs
 
 __all__ = ["main"]

@@ -244,7 +244,7 @@ class AuthSettings(BaseModel):
 
 
 class AuditShipSettings(BaseModel):
-    """``[audit.ship]``: audit records also POSTed to a collector (``gateway._audit_ship``)."""
+    """``[audit.ship]``: audit records also POSTed to a collector (``gateway.audit.ship``)."""
 
     model_config = _FROZEN
 

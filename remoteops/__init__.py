@@ -8,8 +8,8 @@ The embedded demo/test target lives in :mod:`remoteops.embedded` (imported expli
         result = await ops.run("web", ["uname", "-a"])
 """
 
-from ._capabilities import TOOLS as CAPABILITY_TOOLS
-from ._errors import (
+from remoteops._capabilities import TOOLS as CAPABILITY_TOOLS
+from remoteops._errors import (
     AuthError,
     CommandTimeout,
     ConnectError,
@@ -26,9 +26,25 @@ from ._errors import (
     UnknownTarget,
     UnresolvedHost,
 )
-from ._exec import Carrier, ExecRequest, RawExec, RawStream
-from ._files import PathArg, RemoteFiles
-from ._files_errors import (
+from remoteops._exec import Carrier, ExecRequest, RawExec, RawStream
+from remoteops._models import (
+    Capabilities,
+    CarrierState,
+    DiagnoseReport,
+    DiskUsage,
+    ExecResult,
+    MultiplexState,
+    SectionError,
+    TargetIdentity,
+    TargetInfo,
+    TransportStats,
+)
+from remoteops._ops import RemoteOps
+from remoteops._process import supervised_child
+from remoteops._render import RenderedCommand, render_command
+from remoteops._settings import CarrierMode, HostKeyPolicy, MultiplexMode, TargetSpec, TransportSettings
+from remoteops._state import Collection, StateProblem, StateStore, atomic_write
+from remoteops.files.errors import (
     FileAccessDenied,
     FileConflict,
     FileNotFound,
@@ -36,7 +52,7 @@ from ._files_errors import (
     ProtectedPath,
     RemoteFileError,
 )
-from ._files_models import (
+from remoteops.files.models import (
     DeleteResult,
     FileContent,
     FileInfo,
@@ -50,9 +66,11 @@ from ._files_models import (
     MoveResult,
     WriteResult,
 )
-from ._files_patch import Hunk, HunkResult, PatchResult
-from ._forward_errors import ForwardConflict, ForwardError, ForwardNotFound, ForwardStartFailed
-from ._forward_models import (
+from remoteops.files.operations import PathArg, RemoteFiles
+from remoteops.files.patch import Hunk, HunkResult, PatchResult
+from remoteops.forwards.errors import ForwardConflict, ForwardError, ForwardNotFound, ForwardStartFailed
+from remoteops.forwards.manager import ForwardManager
+from remoteops.forwards.models import (
     ForwardCheck,
     ForwardClosed,
     ForwardCreated,
@@ -62,33 +80,18 @@ from ._forward_models import (
     ForwardSpec,
     ForwardView,
 )
-from ._forward_store import StateForwardStore
-from ._forwards import ForwardManager
-from ._models import (
-    Capabilities,
-    CarrierState,
-    DiagnoseReport,
-    DiskUsage,
-    ExecResult,
-    MultiplexState,
-    SectionError,
-    TargetIdentity,
-    TargetInfo,
-    TransportStats,
-)
-from ._ops import RemoteOps
-from ._privilege import SecretRequest, SecretSource, permission_denial
-from ._privilege_errors import PrivilegeError, PrivilegeReason, SecretRequired
-from ._privilege_models import (
+from remoteops.forwards.store import StateForwardStore
+from remoteops.privilege.errors import PrivilegeError, PrivilegeReason, SecretRequired
+from remoteops.privilege.escalator import SecretRequest, SecretSource, permission_denial
+from remoteops.privilege.models import (
     PrivilegeMode,
     PrivilegeReport,
     PrivilegeSettings,
     ProviderAttempt,
     ProviderName,
 )
-from ._process import supervised_child
-from ._render import RenderedCommand, render_command
-from ._session_models import (
+from remoteops.sessions.manager import RemoteSessions
+from remoteops.sessions.models import (
     KeyName,
     SendMode,
     SessionCapabilityMissing,
@@ -109,10 +112,8 @@ from ._session_models import (
     SessionWaitOutcome,
     SessionWaitResult,
 )
-from ._sessions import RemoteSessions
-from ._settings import CarrierMode, HostKeyPolicy, MultiplexMode, TargetSpec, TransportSettings
-from ._state import Collection, StateProblem, StateStore, atomic_write
-from ._task_models import (
+from remoteops.tasks.manager import RemoteTasks
+from remoteops.tasks.models import (
     CancelStep,
     TaskCancelResult,
     TaskCapabilityMissing,
@@ -130,9 +131,7 @@ from ._task_models import (
     TaskWaitResult,
     WaitOutcome,
 )
-from ._tasks import RemoteTasks
-from ._transfer import Transfers
-from ._transfer_errors import (
+from remoteops.transfers.errors import (
     ChecksumMismatch,
     DestinationExists,
     FreeSpaceFloor,
@@ -142,7 +141,8 @@ from ._transfer_errors import (
     TransferFailed,
     TransferPathError,
 )
-from ._transfer_models import (
+from remoteops.transfers.manager import Transfers
+from remoteops.transfers.models import (
     ItemChange,
     Leftover,
     SyncOptions,

@@ -6,8 +6,8 @@ import re
 import time
 from collections.abc import Awaitable, Callable
 
-from ._errors import ProbeError
-from ._models import Capabilities, DiskUsage, ExecResult, TargetIdentity
+from remoteops._errors import ProbeError
+from remoteops._models import Capabilities, DiskUsage, ExecResult, TargetIdentity
 
 __all__ = ["PROBE_ARGV", "TOOLS", "CapabilityCache", "parse_df", "parse_probe", "rsync_version"]
 

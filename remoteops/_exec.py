@@ -3,8 +3,8 @@
 :class:`Carrier` is the narrow interface everything above (files, tasks, tools) uses. A carrier returns a
 :class:`RawExec` — raw bytes (head and tail of each stream, bounded by the request's cap) and a raw record;
 decoding, the final clipping and presentation (:func:`present` → :class:`ExecResult`) happen above it.
-Two carriers exist: :class:`remoteops._sshexec.SshProcessCarrier` (one OpenSSH client process per call over
-the master pool) and :class:`remoteops._agent_carrier.AgentCarrier` (one long-lived agent per target,
+Two carriers exist: :class:`remoteops.ssh.carrier.SshProcessCarrier` (one OpenSSH client process per call over
+the master pool) and :class:`remoteops.agent.carrier.AgentCarrier` (one long-lived agent per target,
 many calls over it; it falls back to the former where a target has no usable ``python3``).
 """
 
@@ -15,10 +15,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
-from ._capture import clip
-from ._models import ExecResult, TargetIdentity
-from ._privilege_wire import Escalation, OneTimeSecret
-from ._settings import TargetSpec
+from remoteops._capture import clip
+from remoteops._models import ExecResult, TargetIdentity
+from remoteops._settings import TargetSpec
+from remoteops.privilege.wire import Escalation, OneTimeSecret
 
 __all__ = ["Carrier", "CarrierName", "ExecRequest", "RawExec", "RawStream", "present", "signal_name"]
 

@@ -6,8 +6,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from ._privilege_models import PrivilegeReport
-from ._settings import CarrierMode, MultiplexMode
+from remoteops._settings import CarrierMode, MultiplexMode
+from remoteops.privilege.models import PrivilegeReport
 
 __all__ = [
     "Capabilities",

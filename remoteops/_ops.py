@@ -9,12 +9,10 @@ from typing import Any, Self
 import anyio
 import anyio.abc
 
-from ._agent_carrier import AgentCarrier
-from ._capabilities import PROBE_ARGV, CapabilityCache, parse_df
-from ._errors import InvalidRequest, PolicyDenied, ProbeError, RemoteOpsError
-from ._exec import Carrier, ExecRequest, RawExec, present
-from ._files import RemoteFiles
-from ._models import (
+from remoteops._capabilities import PROBE_ARGV, CapabilityCache, parse_df
+from remoteops._errors import InvalidRequest, PolicyDenied, ProbeError, RemoteOpsError
+from remoteops._exec import Carrier, ExecRequest, RawExec, present
+from remoteops._models import (
     Capabilities,
     CarrierState,
     DiagnoseReport,
@@ -25,13 +23,15 @@ from ._models import (
     TargetInfo,
     TransportStats,
 )
-from ._pool import MasterPool
-from ._privilege import Escalator, SecretSource, permission_denial, report
-from ._privilege_models import PrivilegeMode, PrivilegeReport, PrivilegeSettings, ProviderAttempt
-from ._render import format_seconds, validate_request
-from ._resolve import IdentityResolver
-from ._settings import TargetSpec, TransportSettings
-from ._sshexec import SshProcessCarrier
+from remoteops._render import format_seconds, validate_request
+from remoteops._settings import TargetSpec, TransportSettings
+from remoteops.agent.carrier import AgentCarrier
+from remoteops.files.operations import RemoteFiles
+from remoteops.privilege.escalator import Escalator, SecretSource, permission_denial, report
+from remoteops.privilege.models import PrivilegeMode, PrivilegeReport, PrivilegeSettings, ProviderAttempt
+from remoteops.ssh.carrier import SshProcessCarrier
+from remoteops.ssh.pool import MasterPool
+from remoteops.ssh.resolve import IdentityResolver
 
 __all__ = ["RemoteOps"]
 
@@ -168,8 +168,8 @@ class RemoteOps:
         ``timeout_s`` is the remote time limit (default ``exec_timeout_default_s``, at most
         ``exec_timeout_max_s``); the local ceiling is a little longer and raises CommandTimeout.
         ``privilege``: ``user`` never escalates, ``root`` escalates at once, ``auto`` only after an observed
-        permission denial (``remoteops._privilege``); ``secrets`` answers password providers. The result's
-        ``privilege`` report lists every provider attempted.
+        permission denial (``remoteops.privilege.escalator``); ``secrets`` answers password providers. The
+        result's ``privilege`` report lists every provider attempted.
         """
         raw, privilege_report = await self._exec(
             target, argv, shell, stdin, cwd, env, timeout_s, privilege, secrets

@@ -35,7 +35,7 @@ import anyio
 import anyio.abc
 import anyio.lowlevel
 
-from ._capture import HeadTail
+from remoteops._capture import HeadTail
 
 __all__ = [
     "ProcessOutcome",

@@ -33,8 +33,8 @@ import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from ._errors import InvalidRequest
-from ._privilege_wire import Escalation
+from remoteops._errors import InvalidRequest
+from remoteops.privilege.wire import Escalation
 
 __all__ = [
     "MARKER_ALLOWANCE",

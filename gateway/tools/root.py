@@ -2,7 +2,7 @@
 
 A target outside ``root.targets`` is ``policy_denied`` before anything is resolved or connected. The
 privilege choice point is remoteops' (``privilege="root"``); a password a provider needs comes from the
-runtime's :class:`~gateway._secret_broker.SecretBroker` (one-time page, URL elicitation, askpass), never
+runtime's :class:`~gateway.secrets.broker.SecretBroker` (one-time page, URL elicitation, askpass), never
 from the arguments. The audit record's ``facts.privilege`` lists every provider attempted and which ran.
 """
 

@@ -16,8 +16,8 @@ from mcp import Client
 from gateway._catalog import AnySpec
 from gateway._redact import Redactor
 from gateway._runtime import Runtime
-from gateway._server import build_server
 from gateway.config import Settings
+from gateway.serving.server import build_server
 from gateway.tools import all_specs
 from tests.upstream.conftest import FaultServer, running_fault
 

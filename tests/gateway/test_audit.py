@@ -18,8 +18,8 @@ import anyio
 import pytest
 from structlog.testing import capture_logs
 
-from gateway._audit import AuditLog
 from gateway._redact import Redactor, digest
+from gateway.audit.log import AuditLog
 from gateway.cli import upstream_secrets
 from gateway.config import Settings
 from tests.gateway.conftest import ClientFactory, LoopTicker

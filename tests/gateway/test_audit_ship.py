@@ -19,9 +19,9 @@ from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 from pydantic import ValidationError
 
-from gateway._audit import AuditLog
-from gateway._audit_ship import AuditShipper
 from gateway._redact import Redactor
+from gateway.audit.log import AuditLog
+from gateway.audit.ship import AuditShipper
 from gateway.config import AuditShipSettings
 from tests.fixtures.collector import Collector, run_collector
 from tests.fixtures.gateway_proc import run_gateway

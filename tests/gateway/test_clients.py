@@ -46,7 +46,7 @@ other scenario it lists a reason, pinned by its own guard test. Two refinements:
 * ``ALPHA_KNOWN_GATEWAY_BUGS``: checks failing because of a known gateway bug (the test xfails only while
   exactly those fail). Empty now: ``http-header-validation`` found that ``Mcp-Name: "  gateway_health  "`` was
   refused (uvicorn's ``httptools`` parser keeps trailing whitespace, RFC 9110 §5.5 says it is not part of the
-  value); the gateway now trims header values (``gateway._http.TrimHeaderWhitespace``).
+  value); the gateway now trims header values (``gateway.serving.http.TrimHeaderWhitespace``).
 """
 
 from __future__ import annotations

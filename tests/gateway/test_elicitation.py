@@ -21,8 +21,8 @@ from mcp.client.session import ClientRequestContext, ElicitationFnT
 
 from gateway._redact import Redactor
 from gateway._runtime import Runtime
-from gateway._server import build_server
 from gateway.config import Settings
+from gateway.serving.server import build_server
 from gateway.tools import all_specs
 from tests.gateway.test_relay import Inbox, entry, wait_listed
 from tests.upstream.conftest import FaultServer

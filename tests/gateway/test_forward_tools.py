@@ -14,10 +14,10 @@ import pytest
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
-from remoteops._forward_models import ProcessIdentity
-from remoteops._forward_proc import find_by_argv, identity_of, stop_process
-from remoteops._forward_store import FORWARDS
 from remoteops._state import StateStore
+from remoteops.forwards.models import ProcessIdentity
+from remoteops.forwards.proc import find_by_argv, identity_of, stop_process
+from remoteops.forwards.store import FORWARDS
 from tests.fixtures.gateway_proc import GatewayProcess, run_gateway
 from tests.fixtures.sshd import SshdInstance
 

@@ -20,8 +20,8 @@ from mcp import Client
 
 from gateway._redact import Redactor
 from gateway._runtime import Runtime
-from gateway._server import build_server
 from gateway.config import Settings
+from gateway.serving.server import build_server
 from gateway.tools import all_specs
 from remoteops.embedded import EmbeddedTarget
 from tests.gateway.conftest import LoopTicker

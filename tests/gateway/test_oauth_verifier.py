@@ -17,13 +17,13 @@ import pytest
 from mcp.server.auth.provider import AccessToken
 from starlette.types import ASGIApp
 
-from gateway._http import build_http_app
-from gateway._oauth import OAuthVerifier
-from gateway._policy import KIND_CLAIM
 from gateway._redact import Redactor
 from gateway._runtime import Runtime
-from gateway._server import build_server
+from gateway.auth.oauth import OAuthVerifier
+from gateway.auth.policy import KIND_CLAIM
 from gateway.config import OAuthSettings, Settings
+from gateway.serving.http import build_http_app
+from gateway.serving.server import build_server
 from gateway.tools import all_specs
 from tests.fixtures.oauth_server import INTROSPECTION_CLIENT, AuthServer, run_auth_server
 

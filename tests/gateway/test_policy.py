@@ -10,7 +10,7 @@ from mcp.server.auth.provider import AccessToken
 from pydantic import ValidationError
 
 from gateway._errors import ConfigError, ErrorCode, ToolFailure
-from gateway._policy import GROUPS_CLAIM, KIND_CLAIM, Policy, Principal
+from gateway.auth.policy import GROUPS_CLAIM, KIND_CLAIM, Policy, Principal
 from gateway.config import AuthSettings, OAuthSettings, Settings, load_settings
 
 STDIO = Principal.operator("stdio", "stdio:1000")

@@ -17,9 +17,9 @@ import pytest
 from mcp.server.auth.provider import AccessToken
 
 from gateway._dispatch import dispatch_call, error_payload
-from gateway._policy import GROUPS_CLAIM, KIND_CLAIM, Policy, Principal
 from gateway._redact import Redactor
 from gateway._runtime import Runtime
+from gateway.auth.policy import GROUPS_CLAIM, KIND_CLAIM, Policy, Principal
 from gateway.config import Settings
 from gateway.tools import all_specs
 from tests.fixtures.sshd import SshdInstance

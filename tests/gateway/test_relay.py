@@ -29,8 +29,8 @@ from mcp.client.streamable_http import streamable_http_client
 from gateway._dispatch import error_payload
 from gateway._redact import Redactor
 from gateway._runtime import Runtime
-from gateway._server import build_server
 from gateway.config import Settings
+from gateway.serving.server import build_server
 from gateway.tools import all_specs
 from tests.fixtures.gateway_proc import GatewayProcess, run_gateway
 from tests.fixtures.mcp_client import all_tools

@@ -6,9 +6,9 @@ from __future__ import annotations
 import mcp_types as types
 import pytest
 
-from gateway._surface import Taken, build_surface_view
-from gateway._uritemplate import TemplateError, matches
 from gateway.config import UpstreamEntry
+from gateway.relay.surface import Taken, build_surface_view
+from gateway.relay.uritemplate import TemplateError, matches
 from upstream import UpstreamSettings
 
 CONTENT = "tmux://panes/{pane_id}/content{?socket_name}"

@@ -21,8 +21,8 @@ from mcp import Client
 
 from gateway._dispatch import error_payload
 from gateway._runtime import Runtime
-from gateway._server import build_server
 from gateway.config import Settings
+from gateway.serving.server import build_server
 from gateway.tools import all_specs
 from tests.fixtures.browser import PageVisit, chromium, enter_password, visit
 from tests.fixtures.sshd import SshdInstance

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from gateway._sdnotify import Notifier
+from gateway.serving.sdnotify import Notifier
 
 
 @pytest.fixture

@@ -16,9 +16,9 @@ import pytest
 from starlette.applications import Starlette
 
 from gateway._redact import Redactor
-from gateway._secret_broker import Entry, SecretBroker
-from gateway._secret_page import secret_routes
 from gateway.config import RootSettings
+from gateway.secrets.broker import Entry, SecretBroker
+from gateway.secrets.page import secret_routes
 from remoteops import PrivilegeError, SecretRequest, SecretRequired
 
 pytestmark = pytest.mark.anyio

@@ -7,7 +7,7 @@ import socket
 
 import pytest
 
-from gateway._serve import _bind
+from gateway.serving.serve import _bind
 
 
 @pytest.mark.anyio

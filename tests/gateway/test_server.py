@@ -13,8 +13,8 @@ from mcp.server.lowlevel.server import Server
 
 from gateway._redact import Redactor
 from gateway._runtime import Runtime
-from gateway._server import GatewayServer, build_server
 from gateway.config import Settings
+from gateway.serving.server import GatewayServer, build_server
 from gateway.tools import all_specs
 
 # the file tools in the inspect toolset (excluded below, so the narrow catalog stays two tools)

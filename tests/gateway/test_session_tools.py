@@ -21,7 +21,7 @@ from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
 from remoteops import StateStore
-from remoteops._sessions import SESSIONS, session_key
+from remoteops.sessions.manager import SESSIONS, session_key
 from tests.fixtures.gateway_proc import GatewayProcess, run_gateway
 from tests.fixtures.node_tools import INSPECTOR, InstalledTool, ensure_tool
 from tests.fixtures.sshd import SshdInstance

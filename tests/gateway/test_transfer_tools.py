@@ -23,8 +23,8 @@ from gateway._demo import demo_settings
 from gateway._dispatch import error_payload
 from gateway._redact import Redactor
 from gateway._runtime import Runtime
-from gateway._server import build_server
 from gateway.config import Settings
+from gateway.serving.server import build_server
 from gateway.tools import all_specs
 from tests.fixtures.sshd import SshdInstance
 from tests.gateway.conftest import ClientFactory

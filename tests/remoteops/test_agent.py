@@ -18,7 +18,7 @@ import anyio
 import pytest
 
 from remoteops import RemoteOps, TargetSpec, TransportLost, TransportSettings
-from remoteops._embedded import EmbeddedTarget
+from remoteops.embedded.target import EmbeddedTarget
 from tests.fixtures.procs import pid_runs, processes_mentioning, wait_gone
 from tests.fixtures.sshd import SshdInstance
 from tests.remoteops.conftest import wait_for_line

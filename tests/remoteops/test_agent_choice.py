@@ -7,7 +7,7 @@ import anyio
 import pytest
 
 from remoteops import MissingCapability, RemoteOps, TargetSpec, TransportSettings
-from remoteops import _agent_program as proto
+from remoteops.agent import program as proto
 from tests.fixtures.sshd import SshdInstance
 
 pytestmark = [pytest.mark.anyio, pytest.mark.sshd]

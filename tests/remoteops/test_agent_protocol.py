@@ -17,10 +17,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from remoteops import TransportError
-from remoteops import _agent_program as proto
-from remoteops._agent_boot import EXIT_CHECKSUM, agent_source, boot_command
-from remoteops._agent_exec import raw_result
 from remoteops._process import supervised_child
+from remoteops.agent import program as proto
+from remoteops.agent.boot import EXIT_CHECKSUM, agent_source, boot_command
+from remoteops.agent.exec import raw_result
 from tests.fixtures.procs import pid_runs
 
 pytestmark = pytest.mark.anyio

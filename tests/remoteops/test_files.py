@@ -40,7 +40,7 @@ from remoteops import (
     TransportLost,
     TransportSettings,
 )
-from remoteops._embedded import EmbeddedTarget
+from remoteops.embedded.target import EmbeddedTarget
 from tests.fixtures.sshd import SshdInstance
 
 pytestmark = pytest.mark.anyio

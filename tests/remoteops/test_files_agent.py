@@ -15,7 +15,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from remoteops import _agent_program as proto
+from remoteops.agent import program as proto
 from tests.remoteops.test_agent_protocol import PYTHONS, Agent, Frame, _hello, local_agent
 
 pytestmark = pytest.mark.anyio

@@ -14,13 +14,13 @@ import anyio.abc
 import pytest
 
 from remoteops import RemoteOps
-from remoteops._forward_errors import ForwardConflict, ForwardNotFound, ForwardStartFailed
-from remoteops._forward_models import ForwardSettings, ForwardSpec
-from remoteops._forward_proc import find_by_argv, identity_alive, identity_of, stop_process
-from remoteops._forward_store import FORWARDS, StateForwardStore
-from remoteops._forwards import ForwardManager
 from remoteops._process import supervised_child
 from remoteops._state import StateStore
+from remoteops.forwards.errors import ForwardConflict, ForwardNotFound, ForwardStartFailed
+from remoteops.forwards.manager import ForwardManager
+from remoteops.forwards.models import ForwardSettings, ForwardSpec
+from remoteops.forwards.proc import find_by_argv, identity_alive, identity_of, stop_process
+from remoteops.forwards.store import FORWARDS, StateForwardStore
 from tests.remoteops.conftest import OpsFactory
 
 pytestmark = [pytest.mark.anyio, pytest.mark.sshd, pytest.mark.slow]

@@ -19,8 +19,8 @@ import anyio.abc
 import pytest
 
 from remoteops import RemoteOps, TargetSpec, TransportSettings
-from remoteops._master import _CONTROL_S, Master, mux_alive_check
 from remoteops.embedded import EmbeddedTarget
+from remoteops.ssh.master import _CONTROL_S, Master, mux_alive_check
 
 pytestmark = pytest.mark.anyio
 

@@ -14,8 +14,8 @@ from hypothesis import strategies as st
 from pydantic import ValidationError
 
 from remoteops import PrivilegeSettings, ProviderName
-from remoteops._privilege_wire import Escalation
 from remoteops._render import escalation_words, render_command
+from remoteops.privilege.wire import Escalation
 from tests.remoteops.test_render import ARGS, expected
 
 LOCAL: list[ProviderName] = ["direct_root", "sudo_nopasswd", "su_password"]

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from remoteops import RemoteOps, render_command
 from remoteops._capture import HeadTail, clip
 from remoteops._render import parse_markers
-from remoteops._resolve import parse_ssh_g
+from remoteops.ssh.resolve import parse_ssh_g
 from tests.remoteops.conftest import OpsFactory
 
 NASTY = [

@@ -26,12 +26,12 @@ from remoteops import (
     TransportLost,
     TransportSettings,
 )
-from remoteops._agent_carrier import AgentCarrier
 from remoteops._exec import ExecRequest
-from remoteops._pool import MasterPool
-from remoteops._privilege_wire import Escalation
-from remoteops._resolve import IdentityResolver
-from remoteops._sshexec import SshProcessCarrier
+from remoteops.agent.carrier import AgentCarrier
+from remoteops.privilege.wire import Escalation
+from remoteops.ssh.carrier import SshProcessCarrier
+from remoteops.ssh.pool import MasterPool
+from remoteops.ssh.resolve import IdentityResolver
 from tests.fixtures.procs import pid_runs, processes_mentioning, wait_gone
 from tests.fixtures.sshd import SshdInstance
 from tests.remoteops import test_privilege_docker as docker_test

@@ -21,7 +21,7 @@ from remoteops import (
     StateStore,
     TransportSettings,
 )
-from remoteops._sessions import SESSIONS, session_key
+from remoteops.sessions.manager import SESSIONS, session_key
 from tests.remoteops.conftest import OpsFactory
 from tests.remoteops.session_helpers import (
     kill_remote_session,

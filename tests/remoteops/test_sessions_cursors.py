@@ -13,7 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from remoteops import RemoteSessions, SessionRead, TransportSettings
-from remoteops._session_wire import strip_ansi
+from remoteops.sessions.wire import strip_ansi
 from tests.remoteops.conftest import OpsFactory
 from tests.remoteops.session_helpers import running_sessions, session_root
 

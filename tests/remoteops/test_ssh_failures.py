@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from gateway._errmap import translate
 from gateway._errors import ErrorCode
 from remoteops import ConnectError, RemoteOps, TargetSpec, TransportSettings, UnknownTarget, UnresolvedHost
-from remoteops._sshargs import tail_lines
+from remoteops.ssh.args import tail_lines
 
 # A label longer than 63 bytes is refused by the stub resolver itself: the lookup fails on this machine
 # without a DNS query leaving it (``nonexistent.invalid`` would still be sent to the configured name server).

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from remoteops import InvalidRequest
-from remoteops._task_upkeep import checked_command
+from remoteops.tasks.upkeep import checked_command
 
 
 @pytest.mark.parametrize(

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from remoteops._task_scripts import _CHECKS
+from remoteops.tasks.scripts import _CHECKS
 
 
 def _sizes(d: Path, path: str) -> list[int]:

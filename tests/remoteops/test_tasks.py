@@ -18,7 +18,7 @@ from remoteops import (
     TaskNotFound,
     TransportSettings,
 )
-from remoteops._tasks import TASKS
+from remoteops.tasks.manager import TASKS
 from tests.remoteops import task_helpers as th
 from tests.remoteops.conftest import OpsFactory
 from tests.remoteops.task_helpers import files_of, running_tasks, start_sh

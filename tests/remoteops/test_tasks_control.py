@@ -13,7 +13,7 @@ import anyio
 import pytest
 
 from remoteops import RemoteTasks, StateStore, TaskSettings, TransportSettings
-from remoteops._tasks import TASKS
+from remoteops.tasks.manager import TASKS
 from tests.remoteops import task_helpers as th
 from tests.remoteops.conftest import OpsFactory
 from tests.remoteops.task_helpers import files_of, marked_processes, running_tasks, start_sh, tmux_sessions

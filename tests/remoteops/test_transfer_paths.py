@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from remoteops import InvalidRequest, LocalPathDenied
-from remoteops._transfer_paths import (
+from remoteops.transfers.paths import (
     LocalRoots,
     escape_glob,
     rsh_command,
@@ -16,7 +16,7 @@ from remoteops._transfer_paths import (
     staged_name,
     validate_remote_path,
 )
-from remoteops._transfer_run import parse_item
+from remoteops.transfers.run import parse_item
 
 
 def test_local_roots_resolve_relative_paths_and_refuse_escapes(tmp_path: Path) -> None:

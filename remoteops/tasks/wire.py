@@ -1,0 +1,237 @@
+"""The wire layer of tasks: run one task program on the target (``RemoteOps.run``, program on stdin) and turn
+its answer into a typed value. No state lives here; :mod:`remoteops.tasks.manager` folds the answers into
+records."""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import codecs
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import anyio
+
+from remoteops._ops import RemoteOps
+from remoteops.tasks.models import (
+    TaskCapabilityMissing,
+    TaskConflict,
+    TaskRecord,
+    TaskRemoteError,
+    TaskStream,
+)
+from remoteops.tasks.scripts import CANCEL_SCRIPT, PURGE_SCRIPT, READ_SCRIPT, WAIT_SCRIPT
+
+__all__ = ["Cancelled", "Chunk", "Seen", "Started", "TaskWire", "base64_read_cap", "decode_text_prefix"]
+
+_START_LIMIT_S = 30.0
+_LIMIT_S = 30.0
+_LOCAL_GRACE_S = 15.0  # beyond the remote limit, for ssh itself
+
+
+def base64_read_cap(output_cap_bytes: int) -> int:
+    """Bytes a read may ask the target for: they come back base64 (4/3 larger) and the whole answer must fit
+    inside the carrier's output cap, with room for its header lines."""
+    return max(1024, (output_cap_bytes - 1024) * 3 // 4)
+
+
+def decode_text_prefix(data: bytes, *, final: bool) -> tuple[str, int]:
+    """Decode UTF-8, holding back an incomplete trailing character unless ``final``: (text, bytes used).
+    Invalid bytes become U+FFFD and still count, so cursors never skip or repeat a byte. Bytes that are only
+    the start of a character still being written give ``("", 0)``: the next read, once the rest has arrived
+    (or the stream has ended, ``final``), returns the whole character — never replacement characters for a
+    character cut in two. (Readers ask for at least 4 bytes, so a complete character always fits.)"""
+    decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+    text = decoder.decode(data, final=final)
+    pending = len(decoder.getstate()[0])
+    return text, len(data) - pending
+
+
+@dataclass(frozen=True)
+class Started:
+    mode: str
+    sup_pid: int
+    sup_start: str
+    session: str | None
+    remote_dir: str | None
+
+
+@dataclass(frozen=True)
+class Seen:
+    """One look at a task on the target. ``outcome``: exited | matched | still_running | lost | gone (the
+    task directory is missing) | running (from read/cancel: neither exited nor lost)."""
+
+    outcome: str
+    exit_code: int | None = None
+    combined: int = 0
+    since: int | None = None
+    sup_pid: int | None = None
+    sup_start: str | None = None
+    matched: str | None = None
+
+
+@dataclass(frozen=True)
+class Chunk:
+    seen: Seen
+    size: int
+    start: int
+    data: bytes
+
+
+@dataclass(frozen=True)
+class Cancelled:
+    step: str  # none | INT | TERM | KILL | not_confirmed
+    removed: bool
+    seen: Seen
+
+
+def _int(text: str) -> int | None:
+    return int(text) if text.isdigit() else None
+
+
+class TaskWire:
+    def __init__(self, ops: RemoteOps, remote_dir: str, *, ceiling_s: float) -> None:
+        self._ops = ops
+        self._root = remote_dir.rstrip("/") or "/"
+        self._ceiling_s = ceiling_s
+
+    def directory(self, record: TaskRecord) -> str:
+        return record.remote_dir or f"{self._root}/{record.id}"
+
+    def _identity(self, record: TaskRecord) -> list[str]:
+        pid = str(record.sup_pid) if record.sup_pid is not None else "-"
+        return [self.directory(record), record.exit_hash, pid, record.sup_start or "-"]
+
+    def _bad(self, record: TaskRecord, stage: str) -> TaskRemoteError:
+        return TaskRemoteError(
+            f"unexpected answer from the {stage} program",
+            target=record.target,
+            task_id=record.id,
+            stage=stage,
+        )
+
+    async def _run(
+        self, target: str, task_id: str | None, script: str, args: Sequence[str], limit: float
+    ) -> str:
+        limit = min(limit, self._ceiling_s)  # the operator's exec ceiling holds for these programs too
+        with anyio.fail_after(limit + _LOCAL_GRACE_S):
+            result = await self._ops.run(
+                target, ["sh", "-s", "--", *args], stdin=script.encode(), timeout_s=limit
+            )
+        if result.exit_code != 0:
+            raise TaskRemoteError(
+                f"task program exited {result.exit_code}: {result.stderr.strip()[-400:]}",
+                target=target,
+                task_id=task_id,
+                stage="remote",
+            )
+        return result.stdout
+
+    async def start(self, record: TaskRecord, script: str) -> Started:
+        """Run the starter. Transport errors propagate unchanged (the caller decides what they mean)."""
+        result = await self._ops.run(
+            record.target, ["sh", "-s"], stdin=script.encode(), timeout_s=min(_START_LIMIT_S, self._ceiling_s)
+        )
+        lines = dict(line.split(" ", 1) for line in result.stdout.splitlines() if " " in line)
+        ok = lines.get("ROGOK", "").split()
+        if result.exit_code != 0 or len(ok) != 3 or not ok[1].isdigit():
+            reason, _, detail = lines.get("ROGERR", "error ").partition(" ")
+            message = detail or result.stderr.strip()[-400:] or f"start exited {result.exit_code}"
+            if reason == "missing":
+                raise TaskCapabilityMissing(
+                    f"the target lacks {detail}", target=record.target, task_id=record.id, tool=detail
+                )
+            raise TaskRemoteError(
+                f"{reason}: {message}", target=record.target, task_id=record.id, stage="start"
+            )
+        session = lines.get("ROGSESS", "-").strip()
+        return Started(
+            mode=ok[0],
+            sup_pid=int(ok[1]),
+            sup_start=ok[2],
+            session=None if session in ("", "-") else session,
+            remote_dir=lines.get("ROGDIR") or None,
+        )
+
+    async def look(
+        self, record: TaskRecord, *, bound_s: float, grow_s: float, since: int | None, pattern: str | None
+    ) -> Seen:
+        """Block on the target for at most ``bound_s`` (0: one look) until exit, match or growth."""
+        args = [
+            *self._identity(record),
+            str(max(0, int(bound_s * 100))),
+            str(max(0, int(grow_s * 100))),
+            "-" if since is None else str(since),
+            pattern or "",
+        ]
+        out = await self._run(record.target, record.id, WAIT_SCRIPT, args, bound_s + _LIMIT_S)
+        fields: list[str] | None = None
+        matched: str | None = None
+        for line in out.splitlines():
+            if line.startswith("ROGWAIT "):
+                fields = line.split()[1:]
+            elif line.startswith("ROGMATCH "):
+                try:
+                    matched = base64.b64decode(line.split(" ", 1)[1], validate=True).decode(errors="replace")
+                except (binascii.Error, ValueError, IndexError):
+                    matched = ""
+        if fields == ["gone"]:
+            return Seen("gone")
+        if fields is None or len(fields) != 8:
+            raise self._bad(record, "wait")
+        return Seen(
+            outcome=fields[0],
+            exit_code=_int(fields[1]),
+            combined=int(fields[2]),
+            since=_int(fields[5]),
+            sup_pid=_int(fields[6]),
+            sup_start=None if fields[7] == "-" else fields[7],
+            matched=matched,
+        )
+
+    async def read(
+        self, record: TaskRecord, *, stream: TaskStream, since: int, limit: int, tail: bool
+    ) -> Chunk:
+        args = [*self._identity(record), stream, str(since), str(limit), "1" if tail else "0"]
+        out = await self._run(record.target, record.id, READ_SCRIPT, args, _LIMIT_S)
+        head, _, body = out.partition("\n")
+        fields = head.split()[1:]
+        if fields[:1] == ["gone"]:
+            raise TaskConflict(
+                "the task directory is gone on the target",
+                target=record.target,
+                task_id=record.id,
+                state=record.state,
+            )
+        if fields[:1] == ["cursor"]:
+            raise TaskConflict(
+                f"since is beyond the end of {stream} ({fields[1]} bytes)",
+                target=record.target,
+                task_id=record.id,
+                state=record.state,
+            )
+        if fields[:1] != ["ok"] or len(fields) != 5:
+            raise self._bad(record, "read")
+        state, code, size, start = fields[1], _int(fields[2]), int(fields[3]), int(fields[4])
+        try:
+            data = base64.b64decode("".join(body.split()), validate=True)
+        except (binascii.Error, ValueError):
+            raise self._bad(record, "read") from None
+        return Chunk(seen=Seen(state, exit_code=code, combined=size), size=size, start=start, data=data)
+
+    async def cancel(self, record: TaskRecord, *, grace_s: float) -> Cancelled:
+        grace = str(int(grace_s * 100))
+        args = [self.directory(record), record.marker, grace, grace, grace, *self._identity(record)[1:]]
+        out = await self._run(record.target, record.id, CANCEL_SCRIPT, args, grace_s * 3 + 20)
+        fields = next((ln.split()[1:] for ln in out.splitlines() if ln.startswith("ROGCANCEL ")), None)
+        if fields == ["gone"]:
+            return Cancelled("none", True, Seen("gone"))
+        if fields is None or len(fields) != 5:
+            raise self._bad(record, "cancel")
+        seen = Seen(fields[2], exit_code=_int(fields[3]), combined=int(fields[4]))
+        return Cancelled(step=fields[0], removed=fields[1] == "yes", seen=seen)
+
+    async def purge(self, target: str, task_ids: Sequence[str]) -> set[str]:
+        """Remove task directories under the configured root; the IDs confirmed removed (or absent)."""
+        out = await self._run(target, None, PURGE_SCRIPT, [self._root, *task_ids], _LIMIT_S)
+        return {ln.split()[1] for ln in out.splitlines() if ln.startswith("ROGPURGED ")}
