@@ -155,8 +155,15 @@ class SecretBroker:
         entry = self._entries.get(token)
         return entry if entry is not None and entry.live(time.monotonic()) else None
 
-    def submit(self, entry: Entry, password: str) -> None:
-        """The human entered ``password`` on ``entry``'s page: the link is used up."""
+    def submit(self, entry: Entry, password: str) -> bool:
+        """The human entered ``password`` on ``entry``'s page: claim the link, once.
+
+        The page looks the entry up when a request *starts*, but a request body may arrive much later: two
+        submissions on two connections can both hold the live entry. The claim is the check-and-set below
+        (no ``await`` between them, so it is atomic on the event loop): the first submission that completes
+        uses the link up; every later one is refused (False → 410) and changes nothing."""
+        if not entry.live(time.monotonic()):
+            return False
         value = bytearray(password.encode())
         self._redactor.add_secret(password)
         entry.done = True
@@ -171,6 +178,7 @@ class SecretBroker:
                 wipe(old.secret)
             self._entered[key] = _Entered(value, password, time.monotonic() + self._settings.secret_ttl_s)
         entry.submitted.set()
+        return True
 
     @staticmethod
     def acceptable(password: str) -> bool:

@@ -149,8 +149,10 @@ def secret_routes(broker: SecretBroker) -> list[Route]:
             return _page(
                 "Refused", "<p>Empty, too long, or containing a line break. Reload the link.</p>", 400
             )
-        broker.submit(entry, password)
+        claimed = broker.submit(entry, password)
         del password
+        if not claimed:  # another submission used the link up (or it expired) while this body arrived
+            return _gone()
         return _page(
             "Received",
             "<p id=done>Thank you. The gateway will use the password once, for this request only; "

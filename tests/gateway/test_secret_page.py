@@ -9,8 +9,10 @@ from __future__ import annotations
 import base64
 import re
 import time
+from urllib.parse import urlencode, urlsplit
 
 import anyio
+import anyio.abc
 import httpx
 import pytest
 from starlette.applications import Starlette
@@ -18,6 +20,7 @@ from starlette.applications import Starlette
 from gateway._redact import Redactor
 from gateway.config import RootSettings
 from gateway.secrets.broker import Entry, SecretBroker
+from gateway.secrets.listener import LoopbackListener
 from gateway.secrets.page import secret_routes
 from remoteops import PrivilegeError, SecretRequest, SecretRequired
 
@@ -172,3 +175,87 @@ async def test_askpass_answers_without_a_page_and_its_failure_is_a_privilege_err
     with anyio.fail_after(10), pytest.raises(PrivilegeError) as late:
         await slow.obtain(REQUEST, "p1", None)
     assert late.value.reason == "declined"
+
+
+class _LookupCounter(SecretBroker):
+    """Counts the page's lookups of a link, so a test knows a request has started (found the entry)."""
+
+    lookups = 0
+
+    def entry(self, token: str) -> Entry | None:
+        self.lookups += 1
+        return super().entry(token)
+
+    async def wait_for_lookups(self, count: int) -> None:
+        with anyio.fail_after(10):
+            while self.lookups < count:  # noqa: ASYNC110 - the server runs in this loop; no event to wait on
+                await anyio.sleep(0.005)
+
+
+def _counting_broker() -> _LookupCounter:
+    broker = _LookupCounter(RootSettings(), Redactor())
+    broker.serve_at(BASE)
+    return broker
+
+
+async def _raw_post_head(url: str, entry: Entry, body: bytes) -> anyio.abc.SocketStream:
+    """Open a connection and send a POST's head and the first 5 bytes of its body; the rest comes later."""
+    parts = urlsplit(url)
+    stream = await anyio.connect_tcp(parts.hostname or "127.0.0.1", parts.port or 80)
+    head = (
+        f"POST {parts.path} HTTP/1.1\r\nHost: {parts.netloc}\r\nOrigin: {parts.scheme}://{parts.netloc}\r\n"
+        f"Cookie: rog_csrf={entry.csrf}\r\nContent-Type: application/x-www-form-urlencoded\r\n"
+        f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n"
+    ).encode()
+    await stream.send(head + body[:5])
+    return stream
+
+
+async def _finish(stream: anyio.abc.SocketStream, body: bytes) -> int:
+    """Send the rest of the body and read the answer to its end; the HTTP status."""
+    await stream.send(body[5:])
+    answer = b""
+    with anyio.fail_after(10):
+        while True:
+            try:
+                answer += await stream.receive()
+            except anyio.EndOfStream:
+                break
+    await stream.aclose()
+    return int(answer.split(b" ", 2)[1])
+
+
+async def test_two_slow_submissions_on_two_connections_claim_the_link_once_and_the_first_wins() -> None:
+    # Both requests find the live link when they start; their bodies arrive later. The first to complete
+    # uses the link; the second gets 410 and must not replace the password the human was told was received.
+    broker = _counting_broker()
+    async with LoopbackListener(broker) as listener:
+        base = await listener.start()
+        broker.serve_at(base)
+        entry, url = await _link(broker)
+        right = urlencode({"csrf": entry.csrf, "password": "the-right-one"}).encode()
+        wrong = urlencode({"csrf": entry.csrf, "password": "a-wrong-one!"}).encode()
+        before = broker.lookups
+        first = await _raw_post_head(url, entry, right)
+        second = await _raw_post_head(url, entry, wrong)
+        await broker.wait_for_lookups(before + 2)  # both requests hold the live entry, bodies pending
+        assert await _finish(first, right) == 200
+        assert await _finish(second, wrong) == 410
+    assert bytes(await broker.obtain(REQUEST, "p1", None)) == b"the-right-one"
+    assert broker.counters["submitted"] == 1
+
+
+async def test_a_submission_whose_body_arrives_after_the_link_expired_is_gone() -> None:
+    broker = _counting_broker()
+    async with LoopbackListener(broker) as listener:
+        base = await listener.start()
+        broker.serve_at(base)
+        entry, url = await _link(broker)
+        body = urlencode({"csrf": entry.csrf, "password": "too-late-pw"}).encode()
+        before = broker.lookups
+        late = await _raw_post_head(url, entry, body)
+        await broker.wait_for_lookups(before + 1)  # the request found the live entry; its body is pending
+        entry.expires = time.monotonic() - 1  # the link's lifetime passes while the body is on its way
+        assert await _finish(late, body) == 410
+    with pytest.raises(SecretRequired):
+        await broker.obtain(REQUEST, "p1", None)
