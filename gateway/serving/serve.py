@@ -19,7 +19,6 @@ from pathlib import Path
 import anyio
 import structlog
 import uvicorn
-from mcp.server.stdio import stdio_server
 
 from gateway._catalog import AnySpec
 from gateway._errors import StartupError
@@ -27,6 +26,7 @@ from gateway._redact import Redactor
 from gateway._runtime import Runtime
 from gateway.config import Settings
 from gateway.secrets.page import secret_routes
+from gateway.serving.drain import Drain, StdioTransport
 from gateway.serving.http import build_http_app, check_auth_choice, public_url
 from gateway.serving.sdnotify import Notifier
 from gateway.serving.server import build_server
@@ -36,6 +36,7 @@ from remoteops import atomic_write
 __all__ = ["serve_http", "serve_stdio"]
 
 _log = structlog.get_logger("gateway.serve")
+_FLUSH_S = 5.0  # the last answers reach a client that reads; one that does not cannot hold the exit
 
 
 async def serve_stdio(settings: Settings, specs: Sequence[AnySpec], redactor: Redactor) -> None:
@@ -44,17 +45,29 @@ async def serve_stdio(settings: Settings, specs: Sequence[AnySpec], redactor: Re
     async with Runtime(settings, specs, redactor=redactor) as rt:
         server = build_server(rt, stdio_principal=principal)
         notifier = Notifier.from_env()
-        async with anyio.create_task_group() as tg:
+        drain_s = settings.server.drain_timeout_s
+        async with anyio.create_task_group() as tg, StdioTransport() as stdio:
+            drain = Drain(stdio.read, stdio.write)
 
-            def stop() -> None:
-                notifier.stopping()
+            async def shut_down() -> None:
+                with anyio.move_on_after(drain_s):
+                    await drain.settle()  # in-flight calls finish within the drain, as over HTTP
+                await drain.answer_rest()  # the rest get a shutdown error: no request is left unanswered
+                with anyio.move_on_after(_FLUSH_S):
+                    await stdio.flush()
                 tg.cancel_scope.cancel()
 
+            def stop() -> None:
+                notifier.stopping("draining in-flight calls")
+                drain.stop()
+                tg.start_soon(shut_down)
+
             tg.start_soon(_stop_on_signal, stop)
-            async with stdio_server() as (read_stream, write_stream):
-                notifier.ready("serving on stdio")
-                answering = AnswerUnparseable(read_stream, write_stream)  # no line goes unanswered
-                await server.run(answering, write_stream, server.create_initialization_options())
+            notifier.ready("serving on stdio")
+            answering = AnswerUnparseable(drain.read, drain.write)  # no line goes unanswered
+            await server.run(answering, drain.write, server.create_initialization_options())
+            with anyio.move_on_after(_FLUSH_S):
+                await stdio.flush()
             tg.cancel_scope.cancel()
         _ignore_further_terms()
 
