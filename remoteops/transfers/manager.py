@@ -241,8 +241,11 @@ class Transfers(TransferCore):
             files_verified, digest = verified.files, verified.digest
         if staged is not None and outcome.stats:
             await self._rename(target, staged, remote)
+        # What the source held when the copy ran (rsync's file list), not at the earlier probe: a source that
+        # grew in between must not report more bytes moved than it held.
+        total = max(outcome.stats.get("total_size", src.size), literal)
         if hooks.progress is not None:
-            await hooks.progress(src.size, src.size)
+            await hooks.progress(total, total)
         return TransferResult(
             target=target,
             direction=direction,
@@ -251,7 +254,7 @@ class Transfers(TransferCore):
             kind="tree" if is_tree else "file",
             method=method,
             bytes_transferred=literal,
-            bytes_total=src.size,
+            bytes_total=total,
             files_transferred=files_done,
             files_total=src.files,
             duration_s=round(outcome.duration_s, 3),

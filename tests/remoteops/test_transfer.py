@@ -348,3 +348,30 @@ async def test_a_cancelled_scp_transfer_leaves_no_scp_or_ssh_process(env: Env) -
     assert not [pid for pid in started if running(pid)], "still running after the cancel"
     assert left
     assert left[0].resumable is False  # scp keeps no partial data to resume from
+
+
+# -- a source that changes under the copy ------------------------------------------------------------------
+
+
+@pytest.mark.sshd
+@pytest.mark.slow
+@pytest.mark.anyio
+async def test_a_download_of_a_file_that_grew_after_the_probe_reports_no_more_moved_than_it_held(
+    env: Env, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The file grows between the transfer's probe of the source and the copy itself (a log being written).
+    source = env.remote / "growing.log"
+    source.write_bytes(b"x" * 100_000)
+    probes = env.tr._probes
+
+    async def probe_then_grow(*args: object, **kwargs: object) -> object:
+        found = await probes(*args, **kwargs)  # type: ignore[arg-type]
+        with source.open("ab") as handle:
+            handle.write(b"y" * 400_000)
+        return found
+
+    monkeypatch.setattr(env.tr, "_probes", probe_then_grow)
+    down = await env.tr.download("root", "grown.log", str(source), TransferOptions(), NONE)
+    assert (env.local / "grown.log").read_bytes() == source.read_bytes()
+    assert down.bytes_transferred == 500_000
+    assert down.bytes_total >= down.bytes_transferred
