@@ -191,6 +191,21 @@ def test_the_serving_importers_named_above_exist() -> None:
     )
 
 
+# What the gateway may import of its two dependencies: their public surface, and the demo target (kept out
+# of ``import remoteops`` on purpose, imported explicitly where the demo starts).
+REACHABLE = {"upstream", "remoteops", "remoteops.embedded"}
+
+
+def test_the_gateway_reaches_upstream_and_remoteops_only_through_their_public_surface() -> None:
+    offenders = [
+        f"{path.relative_to(ROOT)} imports {module}"
+        for path in _sources("gateway")
+        for module, _ in _import_nodes(path)
+        if module.split(".")[0] in {"upstream", "remoteops"} and module not in REACHABLE
+    ]
+    assert offenders == []
+
+
 def _imported_by_name(path: Path) -> Iterator[str]:
     """Modules named by a constant in ``importlib.import_module("…")`` (the imports ``ast`` cannot see)."""
     for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
@@ -464,3 +479,16 @@ def test_each_sub_package_docstring_lists_exactly_its_modules(folder: Path) -> N
         "not listed": sorted(set(present) - set(listed)),
         "listed, not there": sorted(set(listed) - set(present)),
     } == {"not listed": [], "listed, not there": []}
+
+
+def test_the_architecture_docs_name_every_sub_package() -> None:
+    # The README's architecture section and docs/architecture.md: one line per sub-package, none missing.
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    section = readme[readme.index("## Architecture") :]
+    section = section[: section.index("\n## ", 1)]
+    docs = (ROOT / "docs" / "architecture.md").read_text(encoding="utf-8")
+    top_level = sorted({folder.relative_to(ROOT).parts[1] for folder in _sub_packages()})
+    assert top_level  # the walk found the sub-packages
+    for text, where in ((section, "README.md#architecture"), (docs, "docs/architecture.md")):
+        unnamed = [name for name in top_level if f"- `{name}/` — " not in text]
+        assert unnamed == [], f"{where} does not describe these sub-packages"
