@@ -1,5 +1,6 @@
-"""The named-phase acceptance suite: ``python -m acceptance [--quick] [--out DIR] [--only PHASE ...]``, also
-``remoteops-gateway acceptance ...`` from a source checkout (the same arguments, passed through).
+"""The named-phase acceptance suite of a source checkout: ``python -m acceptance [--quick] [--out DIR]
+[--only PHASE ...] [--list]`` (it is no subcommand of the installed gateway: the product does not import
+its harness).
 
 Exit status 0 when no phase failed (not_built and skipped-with-reason phases do not fail the run), else 1.
 """
@@ -27,8 +28,8 @@ DESCRIPTION = (
 )
 
 
-def main(argv: list[str] | None = None, *, prog: str = "python -m acceptance") -> int:
-    parser = argparse.ArgumentParser(prog=prog, description=DESCRIPTION)
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m acceptance", description=DESCRIPTION)
     parser.add_argument("--quick", action="store_true", help="small N for every phase (CI); skips nothing")
     parser.add_argument(
         "--out", type=Path, default=DEFAULT_OUT, help=f"report directory (default {DEFAULT_OUT})"

@@ -4,19 +4,17 @@ remoteops-gateway [--config PATH] serve --stdio | --http [--host H] [--port N] [
 remoteops-gateway [--config PATH] demo [--stdio] [--port N] [--ready-file F] [--workdir DIR]
 remoteops-gateway [--config PATH] config check
 remoteops-gateway tools [--markdown]
-remoteops-gateway acceptance [--quick] [--out DIR] [--only PHASE ...] [--list]   (a source checkout only)
 
-``acceptance`` runs the repository's acceptance suite (``acceptance/``, not part of an installed wheel) with
-the arguments of ``python -m acceptance``, passed through unchanged. ``--config`` is accepted before or after
-the subcommand. Startup problems (bad configuration, unusable state files, a port in use) are one line on
-stderr and exit status 2, never a traceback.
+``--config`` is accepted before or after the subcommand. Startup problems (bad configuration, unusable
+state files, a port in use) are one line on stderr and exit status 2, never a traceback. The acceptance
+suite of a source checkout is ``python -m acceptance``, not a subcommand: the product does not import its
+harness.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
-import importlib
 import json
 import os
 import shutil
@@ -47,7 +45,6 @@ examples:
   remoteops-gateway serve --http --config gateway.toml    streamable HTTP with a bearer token
   remoteops-gateway config check --config gateway.toml    validate; print the effective settings
   remoteops-gateway tools --markdown                      the own-tool catalog
-  sudo remoteops-gateway acceptance --quick               prove a source checkout against the real thing
 
 --config may also come from $REMOTEOPS_GATEWAY_CONFIG; any key can be overridden with
 REMOTEOPS_GATEWAY__SECTION__KEY=value (e.g. REMOTEOPS_GATEWAY__SERVER__PORT=9000).
@@ -134,42 +131,7 @@ def _parser() -> argparse.ArgumentParser:
 
     tools = sub_parser("tools", "print the own-tool catalog")
     tools.add_argument("--markdown", action="store_true", help="as the README's Markdown table")
-
-    # Its arguments belong to the suite (python -m acceptance) and are passed through: see main().
-    sub.add_parser(
-        "acceptance",
-        help="run the acceptance suite of a source checkout (--help: its options)",
-        add_help=False,
-    )
     return parser
-
-
-ACCEPTANCE_MISSING = (
-    "the acceptance suite is not installed with the package: it lives in the source repository "
-    "(acceptance/ next to gateway/); run this command from a checkout installed with pip install -e '.[dev]'"
-)
-
-
-def _source_checkout() -> Path | None:
-    """The repository this gateway runs from when it holds the acceptance suite (an installed wheel has
-    only the three packages: no ``acceptance/``, no ``tests/fixtures/`` the suite starts its peers with)."""
-    root = Path(__file__).resolve().parents[1]
-    if (root / "acceptance" / "__main__.py").is_file() and (root / "tests" / "fixtures").is_dir():
-        return root
-    return None
-
-
-def _acceptance(argv: Sequence[str]) -> int:
-    """``python -m acceptance ARGV`` of the checkout this gateway runs from."""
-    root = _source_checkout()
-    if root is None:
-        raise GatewayError(ACCEPTANCE_MISSING)
-    if str(root) not in sys.path:
-        sys.path.insert(0, str(root))
-    # Imported by name: the suite is no dependency of the installed package, only of a checkout.
-    suite = importlib.import_module("acceptance.__main__")
-    code: int = suite.main(list(argv), prog="remoteops-gateway acceptance")
-    return code
 
 
 def upstream_secrets(settings: Settings) -> list[str]:
@@ -328,12 +290,8 @@ def _quiet_broken_pipe() -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = _parser()
-    args, rest = parser.parse_known_args(argv)
-    if rest and args.command != "acceptance":
-        parser.error(f"unrecognized arguments: {' '.join(rest)}")
+    args = parser.parse_args(argv)
     try:
-        if args.command == "acceptance":
-            return _acceptance(rest)
         return _run(args)
     except ConfigError as exc:
         print(f"remoteops-gateway: configuration error: {exc}", file=sys.stderr)

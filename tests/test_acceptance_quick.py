@@ -1,5 +1,4 @@
-"""The acceptance command in quick mode, as CI runs it: ``remoteops-gateway acceptance --quick`` (the
-gateway's subcommand, which runs ``python -m acceptance`` with the same arguments). Its report must say
+"""The acceptance command in quick mode, as CI runs it: ``python -m acceptance --quick``. Its report must say
 every implemented phase passed (or was skipped with its reason), a phase is ``not_built`` exactly when the
 registry lists its capability as not landed (never passed), each phase verified its cleanup, and the run
 left nothing behind. How a ``not_built`` phase is reported and rendered: tests/test_acceptance_report.py."""
@@ -87,7 +86,7 @@ def report(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     if sys.platform != "linux":
         pytest.skip("the acceptance suite drives Linux-only peers (sshd, /proc, namespaces)")
     out = tmp_path_factory.mktemp("acceptance")
-    argv = [sys.executable, "-m", "gateway", "acceptance", "--quick", "--out", str(out)]
+    argv = [sys.executable, "-m", "acceptance", "--quick", "--out", str(out)]
     run = _run_reaped(argv, timeout_s=QUICK_BUDGET_S + 120)
     json_path, md_path = out / "acceptance-report.json", out / "acceptance-report.md"
     assert json_path.exists(), f"exit {run.returncode}\n{run.stdout}\n{run.stderr[-6000:]}"

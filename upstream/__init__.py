@@ -17,15 +17,19 @@ from upstream._errors import (
 )
 from upstream._health import UpstreamHealth, UpstreamState
 from upstream._reconnect import Backoff
+from upstream._relay import ProgressCallback
 from upstream._settings import UpstreamSettings
 from upstream._stderr import StderrCallback, StderrLine
+from upstream._streams import DelegatingReadStream
+from upstream._supervisor import ToolsChangedCallback
 from upstream._surface import SurfaceCallback, SurfaceKind, SurfaceNotice
 from upstream._surface_api import UpstreamSurface
 from upstream._transport import SecretCallback
-from upstream._upstream import ProgressCallback, ToolsChangedCallback, Upstream
+from upstream._upstream import Upstream
 
 __all__ = [
     "Backoff",
+    "DelegatingReadStream",
     "ElicitCallback",
     "ProgressCallback",
     "SecretCallback",

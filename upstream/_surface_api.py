@@ -1,18 +1,19 @@
 """`UpstreamSurface`: an upstream's resources, resource templates, prompts and completions.
 
 Reached as `Upstream.surface`. Reads, prompt gets, completions and (un)subscriptions go through
-`Upstream.relay`, so they share the relayed tools' fault semantics exactly: nothing sent → retried on
-the next connection (bounded), a definitive "session not found" → retried once, a connection lost
-after sending → `UpstreamAmbiguous`, never re-sent. Listing never raises and never waits for an
-upstream that is down: it answers from the cache, fetches (bounded by `list_timeout_s`) on a live
-connection, and otherwise returns the last list known (`None`: never known).
+the same `Relay` as `Upstream.call_tool` (`upstream._relay`), so they share the relayed tools' fault
+semantics exactly: nothing sent → retried on the next connection (bounded), a definitive "session
+not found" → retried once, a connection lost after sending → `UpstreamAmbiguous`, never re-sent.
+Listing never raises and never waits for an upstream that is down: it answers from the cache,
+fetches (bounded by `list_timeout_s`) on a live connection, and otherwise returns the last list
+known (`None`: never known).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from functools import partial
-from typing import TYPE_CHECKING, Any, cast
+from typing import Any, cast
 
 import anyio
 import mcp_types as types
@@ -22,10 +23,10 @@ from pydantic import ValidationError
 from upstream._calls import Outcome, classify, leg_meta
 from upstream._connection import Abandoned
 from upstream._errors import UpstreamClosed
+from upstream._relay import Relay
+from upstream._settings import UpstreamSettings
+from upstream._supervisor import Supervisor
 from upstream._surface import SurfaceKind, list_all, supports
-
-if TYPE_CHECKING:
-    from upstream._upstream import Upstream
 
 __all__ = ["UpstreamSurface"]
 
@@ -33,13 +34,15 @@ __all__ = ["UpstreamSurface"]
 class UpstreamSurface:
     """Everything of one upstream that is not a tool."""
 
-    def __init__(self, upstream: Upstream) -> None:
-        self._up = upstream
+    def __init__(self, settings: UpstreamSettings, sup: Supervisor, relay: Relay) -> None:
+        self._settings = settings
+        self._sup = sup
+        self._relay = relay
 
     @property
     def capabilities(self) -> types.ServerCapabilities | None:
         """What the upstream declared on its last successful connect (None: never connected)."""
-        return self._up._sup.capabilities
+        return self._sup.capabilities
 
     def supports(self, kind: SurfaceKind) -> bool:
         return supports(self.capabilities, kind)
@@ -58,9 +61,9 @@ class UpstreamSurface:
         connection, so its capabilities and lists are known. Never raises for an unreachable upstream."""
         if self.capabilities is not None:
             return
-        with anyio.move_on_after(self._up.settings.call_wait_s):
+        with anyio.move_on_after(self._settings.call_wait_s):
             try:
-                await self._up._sup.wait_connection()
+                await self._sup.wait_connection()
             except UpstreamClosed:
                 return
 
@@ -68,7 +71,7 @@ class UpstreamSurface:
 
     async def list(self, kind: SurfaceKind) -> tuple[Any, ...] | None:
         """All pages of one list, items unchanged; `()` when the upstream does not serve `kind`."""
-        sup = self._up._sup
+        sup = self._sup
         if sup.capabilities is None:
             return None
         if not supports(sup.capabilities, kind):
@@ -79,7 +82,7 @@ class UpstreamSurface:
         cached = sup.surface.fresh(kind, conn.tag)
         if cached is not None:
             return cached
-        limit = self._up.settings.list_timeout_s
+        limit = self._settings.list_timeout_s
         items: tuple[Any, ...] | None = None
         try:
             with anyio.move_on_after(limit):
@@ -117,7 +120,7 @@ class UpstreamSurface:
             {"uri": uri, **({"_meta": m} if (m := leg_meta(meta)) else {})}, by_alias=True
         )
         request = types.ReadResourceRequest(params=params)
-        return await self._up.relay(request, types.ReadResourceResult, subject=uri)
+        return await self._relay(request, types.ReadResourceResult, subject=uri)
 
     async def get_prompt(
         self,
@@ -134,25 +137,25 @@ class UpstreamSurface:
             wire["_meta"] = m
         params = types.GetPromptRequestParams.model_validate(wire, by_alias=True)
         request = types.GetPromptRequest(params=params)
-        return await self._up.relay(request, types.GetPromptResult, subject=name)
+        return await self._relay(request, types.GetPromptResult, subject=name)
 
     async def complete(self, params: types.CompleteRequestParams) -> types.CompleteResult:
         """Relay one completion/complete (the caller has already named the upstream's own ref)."""
         params = params.model_copy(update={"meta": leg_meta(params.meta)})
         subject = getattr(params.ref, "name", None) or getattr(params.ref, "uri", "") or "completion"
         request = types.CompleteRequest(params=params)
-        limit = self._up.settings.list_timeout_s
-        return await self._up.relay(request, types.CompleteResult, subject=str(subject), limit_s=limit)
+        limit = self._settings.list_timeout_s
+        return await self._relay(request, types.CompleteResult, subject=str(subject), limit_s=limit)
 
     async def subscribe(self, uri: str) -> None:
         """Subscribe to `uri` upstream; it is subscribed again on every later connection."""
         request = types.SubscribeRequest(params=types.SubscribeRequestParams(uri=uri))
-        limit = self._up.settings.list_timeout_s
-        await self._up.relay(request, types.EmptyResult, subject=uri, limit_s=limit)
-        self._up._sup.subscriptions.add(uri)
+        limit = self._settings.list_timeout_s
+        await self._relay(request, types.EmptyResult, subject=uri, limit_s=limit)
+        self._sup.subscriptions.add(uri)
 
     async def unsubscribe(self, uri: str) -> None:
-        self._up._sup.subscriptions.discard(uri)
+        self._sup.subscriptions.discard(uri)
         request = types.UnsubscribeRequest(params=types.UnsubscribeRequestParams(uri=uri))
-        limit = self._up.settings.list_timeout_s
-        await self._up.relay(request, types.EmptyResult, subject=uri, limit_s=limit)
+        limit = self._settings.list_timeout_s
+        await self._relay(request, types.EmptyResult, subject=uri, limit_s=limit)

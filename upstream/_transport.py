@@ -3,8 +3,8 @@
 Two liveness hooks are installed here, so the supervisor learns of a dead upstream without
 polling:
 
-* the read stream the SDK session consumes is wrapped: end-of-stream (stdio process exit,
-  HTTP transport teardown) reports the connection lost;
+* the read stream the SDK session consumes is wrapped (a `upstream._streams.DelegatingReadStream`):
+  end-of-stream (stdio process exit, HTTP transport teardown) reports the connection lost;
 * for HTTP, the httpx2 transport is wrapped: a transport error reports the connection lost and,
   for a POST, is turned into a synthetic JSON-RPC error answer tagged with this connection's
   `tag` and whether the request can have reached the server (`sent`). A connect failure proves
@@ -16,9 +16,8 @@ from __future__ import annotations
 
 import json
 from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
-from types import TracebackType
-from typing import Any, Final, Self
+from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager
+from typing import Any, Final
 
 import anyio
 import httpx2
@@ -27,10 +26,12 @@ from mcp import Client
 from mcp.client.session import ElicitationFnT, MessageHandlerFnT
 from mcp.client.stdio import StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
+from mcp.shared._stream_protocols import ReadStream  # the transports' stream type; no public name
 from mcp.shared.message import SessionMessage
 
 from upstream._settings import UpstreamSettings
 from upstream._stderr import StderrCallback, stderr_pipe
+from upstream._streams import DelegatingReadStream
 
 __all__ = ["LOCAL_MARK", "SecretCallback", "open_client"]
 
@@ -52,44 +53,19 @@ SecretCallback = Callable[[str], None]
 on each connect so it can rotate), before it is used, so the embedding application can redact it."""
 
 
-class _WatchedReceiveStream:
+class _WatchedReceiveStream(DelegatingReadStream[SessionMessage | Exception]):
     """Delegating read stream that reports end-of-stream as a lost connection."""
 
-    def __init__(self, inner: Any, on_lost: LostFn) -> None:
-        self._inner = inner
+    def __init__(self, inner: ReadStream[SessionMessage | Exception], on_lost: LostFn) -> None:
+        super().__init__(inner)
         self._on_lost = on_lost
-
-    @property
-    def last_context(self) -> Any:
-        return getattr(self._inner, "last_context", None)
 
     async def receive(self) -> SessionMessage | Exception:
         try:
-            item: SessionMessage | Exception = await self._inner.receive()
+            return await super().receive()
         except (anyio.EndOfStream, anyio.ClosedResourceError, anyio.BrokenResourceError):
             self._on_lost("ConnectionClosed")
             raise
-        return item
-
-    def __aiter__(self) -> Self:
-        return self
-
-    async def __anext__(self) -> SessionMessage | Exception:
-        try:
-            return await self.receive()
-        except anyio.EndOfStream:
-            raise StopAsyncIteration from None
-
-    async def aclose(self) -> None:
-        await self._inner.aclose()
-
-    async def __aenter__(self) -> Self:
-        return self
-
-    async def __aexit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        await self.aclose()
 
 
 _DRAIN_S: Final = 0.25
@@ -170,7 +146,7 @@ class _GuardedTransport(httpx2.AsyncBaseTransport):
 
 
 @asynccontextmanager
-async def _watched(inner: Any, on_lost: LostFn) -> AsyncIterator[Any]:
+async def _watched(inner: AbstractAsyncContextManager[Any], on_lost: LostFn) -> AsyncIterator[Any]:
     async with inner as (read_stream, write_stream):
         yield _WatchedReceiveStream(read_stream, on_lost), write_stream
 
@@ -201,6 +177,25 @@ async def _stdio(
         yield streams
 
 
+def _http_client(
+    settings: UpstreamSettings, tag: str, on_lost: LostFn, on_secret: SecretCallback | None
+) -> httpx2.AsyncClient:
+    """The httpx2 client of one HTTP connection: guarded transport, bounded timeouts, no redirects.
+    Reads the bearer token file (on every connect, so a rotated token is picked up)."""
+    timeout = httpx2.Timeout(
+        settings.connect_timeout_s,
+        connect=settings.connect_timeout_s,
+        read=settings.call_timeout_s + 30.0,
+    )
+    guarded = _GuardedTransport(httpx2.AsyncHTTPTransport(), tag=tag, on_lost=on_lost)
+    return httpx2.AsyncClient(
+        headers=_http_headers(settings, on_secret),
+        timeout=timeout,
+        transport=guarded,
+        follow_redirects=False,
+    )
+
+
 @asynccontextmanager
 async def open_client(
     settings: UpstreamSettings,
@@ -213,50 +208,33 @@ async def open_client(
     on_secret: SecretCallback | None = None,
 ) -> AsyncIterator[Client]:
     """Connect to the upstream and complete the handshake; the yielded `Client` is ready for requests.
+    One `Client` for both transports: only the streams it is given differ (`_stdio`, or
+    `streamable_http_client` over `_http_client`, which stays open until the client has closed).
 
-    `elicitation_callback`, when given, declares the elicitation capability and answers the
-    upstream's elicitation/create requests. `on_stderr` receives a stdio upstream's stderr lines
-    (default: the `upstream.stderr` logger); `on_secret` every credential read for this connect.
-    A stdio upstream's stdout is decoded as UTF-8 with replacement, like the gateway's own stdin.
-    Raises whatever the spawn, connect or handshake raised (the supervisor records it and retries).
+        `elicitation_callback`, when given, declares the elicitation capability and answers the
+        upstream's elicitation/create requests. `on_stderr` receives a stdio upstream's stderr lines
+        (default: the `upstream.stderr` logger); `on_secret` every credential read for this connect.
+        A stdio upstream's stdout is decoded as UTF-8 with replacement, like the gateway's own stdin.
+        Raises whatever the spawn, connect or handshake raised (the supervisor records it and retries).
     """
-    if settings.transport == "http":
-        if settings.url is None:  # pragma: no cover - UpstreamSettings requires it
-            raise ValueError("transport 'http' needs url")
-        timeout = httpx2.Timeout(
-            settings.connect_timeout_s,
-            connect=settings.connect_timeout_s,
-            read=settings.call_timeout_s + 30.0,
-        )
-        guarded = _GuardedTransport(httpx2.AsyncHTTPTransport(), tag=tag, on_lost=on_lost)
-        http_client = httpx2.AsyncClient(
-            headers=_http_headers(settings, on_secret),
-            timeout=timeout,
-            transport=guarded,
-            follow_redirects=False,
-        )
-        async with http_client:
-            transport = _watched(streamable_http_client(settings.url, http_client=http_client), on_lost)
-            async with Client(
-                transport,
-                mode=settings.mode,
-                cache=None,
-                message_handler=message_handler,
-                elicitation_callback=elicitation_callback,
-                client_info=_CLIENT_INFO,
-            ) as client:
-                yield client
-    else:
-        params = StdioServerParameters(
-            command=settings.command[0],
-            args=list(settings.command[1:]),
-            env=dict(settings.env) or None,
-            cwd=settings.cwd,
-            encoding_error_handler="replace",
-        )
-        transport = _watched(_stdio(params, settings, on_stderr), on_lost)
+    streams: AbstractAsyncContextManager[Any]
+    async with AsyncExitStack() as stack:
+        if settings.transport == "http":
+            if settings.url is None:  # pragma: no cover - UpstreamSettings requires it
+                raise ValueError("transport 'http' needs url")
+            http_client = await stack.enter_async_context(_http_client(settings, tag, on_lost, on_secret))
+            streams = streamable_http_client(settings.url, http_client=http_client)
+        else:
+            params = StdioServerParameters(
+                command=settings.command[0],
+                args=list(settings.command[1:]),
+                env=dict(settings.env) or None,
+                cwd=settings.cwd,
+                encoding_error_handler="replace",
+            )
+            streams = _stdio(params, settings, on_stderr)
         async with Client(
-            transport,
+            _watched(streams, on_lost),
             mode=settings.mode,
             cache=None,
             message_handler=message_handler,

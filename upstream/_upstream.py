@@ -1,9 +1,10 @@
 """`Upstream`: one supervised connection to one upstream MCP server.
 
 The facade: lifecycle, health, and the entry points `list_tools`, `call_tool` and `relay` (any
-relayed request: resources, prompts and completions use it through `surface`), whose retry
-policy lives here (what provably never ran is re-sent; what may have run is reported ambiguous,
-never replayed). The connection itself is owned by a supervisor task: see `upstream._supervisor`.
+relayed request: resources, prompts and completions go through the same `Relay` from `surface`).
+The retry policy (what provably never ran is re-sent; what may have run is reported ambiguous,
+never replayed) lives in `upstream._relay`; the connection itself is owned by a supervisor task:
+see `upstream._supervisor`.
 
 Elicitation is relayed per call (`call_tool(elicit=...)`), but only where the question can be
 attributed without guessing: see `upstream._elicit`. Sampling and roots are not relayed.
@@ -13,30 +14,19 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from contextlib import AsyncExitStack
-from functools import partial
 from types import TracebackType
-from typing import Any, Protocol, Self, TypeVar
+from typing import Any, Self, TypeVar
 
 import anyio
 import anyio.abc
 import mcp_types as types
-from mcp.shared.exceptions import MCPError
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel
 
-from upstream._calls import Outcome, call_params, classify
-from upstream._connection import Abandoned, Connection
+from upstream._calls import call_params
 from upstream._elicit import ElicitCallback
-from upstream._errors import (
-    UpstreamAmbiguous,
-    UpstreamCallTimeout,
-    UpstreamProtocolError,
-    UpstreamRejected,
-    UpstreamSessionLost,
-    UpstreamUnavailable,
-)
 from upstream._health import UpstreamHealth
-from upstream._liveness import LIVENESS_LOST
 from upstream._reconnect import Backoff
+from upstream._relay import ProgressCallback, Relay, RelayedRequest
 from upstream._settings import UpstreamSettings
 from upstream._stderr import StderrCallback
 from upstream._supervisor import Supervisor, ToolsChangedCallback
@@ -44,30 +34,9 @@ from upstream._surface import SurfaceCallback
 from upstream._surface_api import UpstreamSurface
 from upstream._transport import SecretCallback
 
-__all__ = ["ProgressCallback", "RelayedRequest", "ToolsChangedCallback", "Upstream"]
+__all__ = ["ProgressCallback", "ToolsChangedCallback", "Upstream"]
 
 R = TypeVar("R", bound=BaseModel)
-
-RelayedRequest = (
-    types.CallToolRequest
-    | types.ReadResourceRequest
-    | types.GetPromptRequest
-    | types.CompleteRequest
-    | types.SubscribeRequest
-    | types.UnsubscribeRequest
-    | types.ListResourcesRequest
-    | types.ListResourceTemplatesRequest
-    | types.ListPromptsRequest
-)
-"""The client requests this package relays (anything an MCP server serves to a client)."""
-
-_MAX_NOT_SENT_RETRIES = 3
-
-
-class ProgressCallback(Protocol):
-    """Receives the upstream's notifications/progress for one call."""
-
-    async def __call__(self, progress: float, total: float | None, message: str | None) -> None: ...
 
 
 class Upstream:
@@ -106,8 +75,9 @@ class Upstream:
             on_stderr=on_stderr,
             on_secret=on_secret,
         )
+        self._relay = Relay(settings, self._sup)
         self._exit_stack: AsyncExitStack | None = None
-        self.surface = UpstreamSurface(self)
+        self.surface = UpstreamSurface(settings, self._sup, self._relay)
         """Resources, resource templates, prompts and completions (`upstream._surface_api`)."""
 
     @property
@@ -158,32 +128,12 @@ class Upstream:
 
     # ----------------------------------------------------------------- callers
 
-    async def _acquire(self, started: float) -> Connection:
-        remaining = started + self.settings.call_wait_s - anyio.current_time()
-        conn: Connection | None = None
-        with anyio.move_on_after(max(0.0, remaining)):
-            conn = await self._sup.wait_connection()
-        if conn is None:
-            raise self._unavailable(UpstreamUnavailable, started, "no working connection")
-        return conn
-
-    def _unavailable(self, cls: type[UpstreamUnavailable], started: float, why: str) -> UpstreamUnavailable:
-        waited = anyio.current_time() - started
-        return cls(
-            f"upstream {self.name!r} unavailable after {waited:.1f}s "
-            f"(call_wait_s = {self.settings.call_wait_s:g}s): {why}",
-            upstream=self.name,
-            state=self._sup.state,
-            waited_s=waited,
-            last_error=self._sup.stats.last_error_class,
-        )
-
     async def list_tools(self) -> list[types.Tool]:
         """The upstream's tools, unchanged, all pages. Served from the cache (refreshed on every
         (re)connect and on list_changed); during an outage the last known list is returned."""
         tools = self._sup.tools
         if tools is None:
-            await self._acquire(anyio.current_time())
+            await self._relay.acquire(anyio.current_time())
             tools = self._sup.tools or ()
         return list(tools)
 
@@ -225,102 +175,8 @@ class Upstream:
 
         Raises the exceptions listed for `call_tool`.
         """
-        method = request.method
-        started = anyio.current_time()
-        session_retried = False
-        not_sent = 0
-        while True:
-            conn = await self._acquire(started)
-            session = conn.session()
-            sent_at = anyio.current_time()
-            limit = self.settings.call_timeout_s if limit_s is None else limit_s
-            routed = conn.router.enter(elicit, deadline=sent_at + limit)
-            answered = False  # stays False if cancelled or abandoned: the upstream may still run it
-
-            send = partial(session.send_request, request, result_type, progress_callback=progress)
-            result: R | None = None
-            try:
-                with anyio.move_on_after(limit):
-                    result = await conn.request(send)
-                answered = result is not None
-            except Abandoned as exc:
-                raise self._ambiguous(subject, sent_at, exc.reason) from None
-            except MCPError as exc:
-                answered = True
-                outcome, error_class = classify(exc, tag=conn.tag, connection_lost=conn.lost.is_set())
-                if outcome is Outcome.REJECTED:
-                    raise UpstreamRejected(
-                        upstream=self.name,
-                        method=method,
-                        code=exc.code,
-                        message=exc.message,
-                        data=exc.data,
-                    ) from exc
-                if outcome is Outcome.NOT_SENT:
-                    conn.mark_lost(error_class)
-                    not_sent += 1
-                    if not_sent > _MAX_NOT_SENT_RETRIES:
-                        raise self._unavailable(UpstreamUnavailable, started, error_class) from exc
-                    continue
-                if outcome is Outcome.SESSION_NOT_FOUND:
-                    conn.mark_lost("session-not-found")
-                    if session_retried:
-                        raise self._unavailable(
-                            UpstreamSessionLost, started, "session not found twice in a row"
-                        ) from exc
-                    session_retried = True
-                    self._sup.stats.session_not_found_retries += 1
-                    self._sup.signal()
-                    continue
-                conn.mark_lost(error_class)
-                raise self._ambiguous(subject, sent_at, error_class) from exc
-            except ValidationError as exc:
-                answered = True
-                raise UpstreamProtocolError(
-                    f"upstream {self.name!r} sent an invalid {method} result",
-                    upstream=self.name,
-                    method=method,
-                ) from exc
-            finally:
-                conn.router.leave(routed, answered=answered)
-            if result is None:
-                raise self._timed_out(subject, sent_at, limit)
-            return result
-
-    def _timed_out(self, tool: str, sent_at: float, limit: float) -> UpstreamCallTimeout:
-        self._sup.stats.ambiguous_losses += 1
-        self._sup.stats.record_error(
-            "TimeoutError", f"{tool} did not answer within call_timeout_s = {limit:g}s"
-        )
-        self._sup.signal()
-        elapsed = anyio.current_time() - sent_at
-        return UpstreamCallTimeout(
-            f"upstream {self.name!r}: {tool} did not answer within call_timeout_s = {limit:g}s "
-            f"(gave up after {elapsed:.1f}s); it may or may not have run and was not re-sent",
-            upstream=self.name,
-            tool=tool,
-            elapsed_s=elapsed,
-            timeout_s=limit,
-        )
-
-    def _ambiguous(self, tool: str, sent_at: float, error_class: str) -> UpstreamAmbiguous:
-        stats = self._sup.stats
-        stats.ambiguous_losses += 1
-        if error_class != stats.last_error_class:
-            stats.record_error(error_class)
-        self._sup.signal()
-        elapsed = anyio.current_time() - sent_at
-        why = ""
-        if error_class == LIVENESS_LOST:
-            limit = self.settings.liveness_timeout_s
-            why = f" (no liveness probe answered within liveness_timeout_s = {limit:g}s)"
-        return UpstreamAmbiguous(
-            f"upstream {self.name!r}: connection lost during {tool} after {elapsed:.1f}s{why}; "
-            "the call may or may not have run and was not re-sent",
-            upstream=self.name,
-            tool=tool,
-            elapsed_s=elapsed,
-            cause=error_class,
+        return await self._relay(
+            request, result_type, subject=subject, limit_s=limit_s, progress=progress, elicit=elicit
         )
 
     # ----------------------------------------------------------------- health

@@ -1,3 +1,8 @@
-"""The audit trail: one JSONL record per call with size rotation (``log``), and shipping it to a
-collector through a durable spool (``ship``, ``spool``).
+"""The audit trail: one JSONL record per call, and shipping it to a collector.
+
+Modules:
+
+- ``log`` — the audit log: one canonical line per tool call, written off the loop, size-rotated.
+- ``ship`` — audit shipping (``[audit.ship]``): every record POSTed to a collector, in order.
+- ``spool`` — the shipper's spool: records waiting for the collector, on disk, bounded, across restarts.
 """

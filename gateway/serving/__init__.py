@@ -1,4 +1,11 @@
-"""Serving MCP: the low-level ``Server`` and its handlers (``server``, ``surface``), stdio and
-streamable HTTP (``stdio``, ``http``), sd_notify and the watchdog (``sdnotify``), and ``serve``, which
-starts it all.
+"""Serving MCP. Only this sub-package and ``gateway.cli`` import it; the rest of the gateway never does.
+
+Modules:
+
+- ``server`` — the low-level SDK ``Server`` whose handlers reach the runtime one way only.
+- ``surface`` — its handlers for relayed resources, templates, prompts, completions, subscriptions.
+- ``stdio`` — stdio that answers every request line, even one that cannot be parsed.
+- ``http`` — guarded streamable HTTP: Host/Origin allow-lists, body cap, bearer auth, /healthz.
+- ``sdnotify`` — systemd's notify-socket protocol (sd_notify) and the watchdog, without libsystemd.
+- ``serve`` — running it all: stdio or guarded HTTP under uvicorn, sd_notify, a bounded drain.
 """

@@ -11,10 +11,8 @@ warning (reason and length, never the line: it may hold a secret) and keeps serv
 
 from __future__ import annotations
 
-import contextvars
 import json
-from types import TracebackType
-from typing import Any, Self
+from typing import Any
 
 import anyio
 import mcp_types as types
@@ -22,6 +20,8 @@ import structlog
 from mcp.shared._stream_protocols import ReadStream, WriteStream  # server.run() types; no public name
 from mcp.shared.message import SessionMessage
 from pydantic import ValidationError
+
+from upstream import DelegatingReadStream
 
 __all__ = ["AnswerUnparseable", "recover_id"]
 
@@ -109,7 +109,7 @@ def _reply_for(exc: Exception) -> tuple[int, str, str | None, int] | None:
     return types.INVALID_REQUEST, "Invalid Request: not a JSON-RPC 2.0 message", line, len(line or "")
 
 
-class AnswerUnparseable:
+class AnswerUnparseable(DelegatingReadStream[SessionMessage | Exception]):
     """A read stream that passes messages through and answers unparseable lines on ``write_stream``."""
 
     def __init__(
@@ -117,18 +117,12 @@ class AnswerUnparseable:
         inner: ReadStream[SessionMessage | Exception],
         write_stream: WriteStream[SessionMessage],
     ) -> None:
-        self._inner = inner
+        super().__init__(inner)
         self._write = write_stream
-
-    @property
-    def last_context(self) -> contextvars.Context | None:
-        """The sender context of the last message (the SDK reads it from context-aware streams)."""
-        context: contextvars.Context | None = getattr(self._inner, "last_context", None)
-        return context
 
     async def receive(self) -> SessionMessage | Exception:
         while True:
-            item = await self._inner.receive()
+            item = await super().receive()
             if not isinstance(item, Exception):
                 return item
             await self._answer(item)
@@ -147,27 +141,3 @@ class AnswerUnparseable:
             await self._write.send(SessionMessage(error))
         except (anyio.ClosedResourceError, anyio.BrokenResourceError):
             _log.debug("unparseable_request_not_answered", reason="stdout closed")
-
-    async def aclose(self) -> None:
-        await self._inner.aclose()
-
-    def __aiter__(self) -> Self:
-        return self
-
-    async def __anext__(self) -> SessionMessage | Exception:
-        try:
-            return await self.receive()
-        except anyio.EndOfStream:
-            raise StopAsyncIteration from None
-
-    async def __aenter__(self) -> Self:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc_val: BaseException | None,
-        exc_tb: TracebackType | None,
-    ) -> bool | None:
-        await self.aclose()
-        return None

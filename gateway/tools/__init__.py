@@ -1,4 +1,20 @@
-"""Thin MCP tool adapters over remoteops and upstream: one module per capability group."""
+"""Thin MCP tool adapters over remoteops and upstream: one module per capability group.
+
+Modules:
+
+- ``_base`` — shared pieces of the adapters: the strict input base model.
+- ``health`` — ``gateway_health``: what the gateway is, what it serves, how its parts are doing.
+- ``remote`` — targets and ``remote_exec``.
+- ``root`` — ``remote_root_exec``: ``remote_exec`` as root, on the root allow-list only.
+- ``files`` — structured remote files (stat, list, write, patch, ...).
+- ``files_paths`` — the path arguments the file tools share (``path`` or ``path_b64``).
+- ``files_read`` — ``remote_read``.
+- ``files_search`` — ``remote_find`` and ``remote_grep``.
+- ``tasks`` — long-running remote tasks.
+- ``sessions`` — interactive sessions on a target's tmux.
+- ``transfers`` — ``remote_upload``, ``remote_download``, ``remote_sync``.
+- ``forwards`` — managed SSH port forwards.
+"""
 
 from __future__ import annotations
 

@@ -1,3 +1,9 @@
-"""Root providers (sudo, su, docker): models, errors, the wire (how a provider wraps a command and
-when a password is fed) and the escalator that chooses a provider for ``privilege: auto|user|root``.
+"""Root providers (sudo, su, docker) and the choice between them for ``privilege: auto|user|root``.
+
+Modules:
+
+- ``models`` — privilege settings and the non-secret report of one privileged call.
+- ``errors`` — privilege failures, a branch of the remoteops exception tree.
+- ``wire`` — how a provider wraps a command and when its password reaches sudo or su.
+- ``escalator`` — the choice point: run a request as root through the first provider that works.
 """

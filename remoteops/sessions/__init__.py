@@ -1,3 +1,10 @@
-"""Persistent shell sessions on the target's tmux: models, the remote sh programs, the wire, reading
-screens and output, and the manager.
+"""Persistent interactive shell sessions on the target's tmux, adopted again after a gateway restart.
+
+Modules:
+
+- ``models`` — records and results of sessions, their settings and their errors.
+- ``scripts`` — the POSIX sh programs that drive tmux on the target (on stdin, arguments as data).
+- ``wire`` — run one session program on the target and turn its answer into a typed value.
+- ``read`` — the checked plan of a send, and what a read on the target turns into (:class:`SessionRead`).
+- ``manager`` — :class:`RemoteSessions`: ensure, send, read, wait, close, adopt.
 """
