@@ -59,6 +59,13 @@ from remoteops import (
     TransportLost,
     UnknownTarget,
 )
+from remoteops._errors import (
+    ScopedCapabilityMissing,
+    ScopedConflict,
+    ScopedError,
+    ScopedNotFound,
+    ScopedRemoteError,
+)
 from upstream import (
     UpstreamAmbiguous,
     UpstreamCallTimeout,
@@ -124,6 +131,12 @@ REMOTE_CODES: tuple[tuple[type[RemoteOpsError], ErrorCode], ...] = (
     (SessionCapabilityMissing, ErrorCode.MISSING_REMOTE_CAPABILITY),
     (SessionRemoteError, ErrorCode.REMOTE_NONZERO_EXIT),
     (SessionError, ErrorCode.REMOTE_NONZERO_EXIT),  # the family's base: a session step failed on the target
+    # the shared shapes of the task and session families (each family's own entries above come first)
+    (ScopedNotFound, ErrorCode.NOT_FOUND),
+    (ScopedConflict, ErrorCode.CONFLICT),
+    (ScopedCapabilityMissing, ErrorCode.MISSING_REMOTE_CAPABILITY),
+    (ScopedRemoteError, ErrorCode.REMOTE_NONZERO_EXIT),
+    (ScopedError, ErrorCode.REMOTE_NONZERO_EXIT),
     (UnknownTarget, ErrorCode.UNKNOWN_TARGET),
     (HostKeyError, ErrorCode.HOST_KEY_ERROR),
     (AuthError, ErrorCode.AUTH_ERROR),

@@ -90,21 +90,23 @@ from remoteops.privilege.models import (
     ProviderAttempt,
     ProviderName,
 )
+from remoteops.sessions.errors import (
+    SessionCapabilityMissing,
+    SessionConflict,
+    SessionError,
+    SessionExited,
+    SessionNotFound,
+    SessionRemoteError,
+)
 from remoteops.sessions.manager import RemoteSessions
 from remoteops.sessions.models import (
     KeyName,
     SendMode,
-    SessionCapabilityMissing,
     SessionCloseResult,
-    SessionConflict,
     SessionEnsureResult,
-    SessionError,
-    SessionExited,
     SessionHealth,
     SessionInfo,
-    SessionNotFound,
     SessionRead,
-    SessionRemoteError,
     SessionSendResult,
     SessionSettings,
     SessionState,
@@ -112,19 +114,21 @@ from remoteops.sessions.models import (
     SessionWaitOutcome,
     SessionWaitResult,
 )
+from remoteops.tasks.errors import (
+    TaskCapabilityMissing,
+    TaskConflict,
+    TaskError,
+    TaskNotFound,
+    TaskRemoteError,
+)
 from remoteops.tasks.manager import RemoteTasks
 from remoteops.tasks.models import (
     CancelStep,
     TaskCancelResult,
-    TaskCapabilityMissing,
-    TaskConflict,
-    TaskError,
     TaskHealth,
     TaskInfo,
     TaskMode,
-    TaskNotFound,
     TaskOutput,
-    TaskRemoteError,
     TaskSettings,
     TaskState,
     TaskStream,

@@ -37,16 +37,18 @@ from remoteops._ops import RemoteOps
 from remoteops._settings import TransportSettings
 from remoteops._state import Collection as StoreCollection
 from remoteops._state import StateStore
+from remoteops.sessions.errors import (
+    SessionConflict,
+    SessionExited,
+    SessionNotFound,
+)
 from remoteops.sessions.models import (
     SESSION_NAME,
     SendMode,
     SessionCloseResult,
-    SessionConflict,
     SessionEnsureResult,
-    SessionExited,
     SessionHealth,
     SessionInfo,
-    SessionNotFound,
     SessionRead,
     SessionRecord,
     SessionSendResult,

@@ -13,12 +13,14 @@ from dataclasses import dataclass
 import anyio
 
 from remoteops._ops import RemoteOps
-from remoteops.sessions.models import (
+from remoteops.sessions.errors import (
     SessionCapabilityMissing,
     SessionConflict,
     SessionExited,
-    SessionRecord,
     SessionRemoteError,
+)
+from remoteops.sessions.models import (
+    SessionRecord,
     SessionSettings,
 )
 from remoteops.sessions.scripts import (

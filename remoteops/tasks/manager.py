@@ -47,15 +47,17 @@ from remoteops._errors import (
 from remoteops._ops import RemoteOps
 from remoteops._settings import TransportSettings
 from remoteops._state import Collection, StateStore
+from remoteops.tasks.errors import (
+    TaskConflict,
+    TaskError,
+    TaskNotFound,
+)
 from remoteops.tasks.models import (
     FINISHED,
     CancelStep,
     TaskCancelResult,
-    TaskConflict,
-    TaskError,
     TaskHealth,
     TaskInfo,
-    TaskNotFound,
     TaskOutput,
     TaskRecord,
     TaskSettings,

@@ -13,11 +13,13 @@ from dataclasses import dataclass
 import anyio
 
 from remoteops._ops import RemoteOps
-from remoteops.tasks.models import (
+from remoteops.tasks.errors import (
     TaskCapabilityMissing,
     TaskConflict,
-    TaskRecord,
     TaskRemoteError,
+)
+from remoteops.tasks.models import (
+    TaskRecord,
     TaskStream,
 )
 from remoteops.tasks.scripts import CANCEL_SCRIPT, PURGE_SCRIPT, READ_SCRIPT, WAIT_SCRIPT
