@@ -42,6 +42,7 @@ MARK_VAR = "ROG_TASK_MARK"
 
 _SUPERVISOR = program(__package__, "supervisor.sh")
 _START = program(__package__, "start.sh")
+_CHECKS = program(__package__, "checks.sh")  # shared by the wait, read and cancel programs
 WAIT_SCRIPT = program(__package__, "wait.sh")
 READ_SCRIPT = program(__package__, "read.sh")
 CANCEL_SCRIPT = program(__package__, "cancel.sh")

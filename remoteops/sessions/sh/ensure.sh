@@ -21,6 +21,7 @@ EOF
 }
 report() {
   fd=${found#* * }
+  # shellcheck disable=SC2086  # split into fields on purpose (a /proc stat line, a list of words)
   set -- $found
   sz=0
   if [ -n "$fd" ]; then size "$fd/out"; sz=$z; fi
@@ -60,6 +61,7 @@ if ! new=$(tmx start-server \; set-option -g history-limit "$hist" \; set-option
   rm -rf -- "$d"
   fail tmux "$why"
 fi
+# shellcheck disable=SC2086  # split into fields on purpose (a /proc stat line, a list of words)
 set -- $new
 sid=$1 created=$2
 tmx set-option -t "$sid" @rog_dir "$d" </dev/null >/dev/null

@@ -1,3 +1,4 @@
+# shellcheck disable=SC2034  # a fragment: pipe is read by the programs that include it (look.sh)
 set -u
 umask 077
 root=$1

@@ -1,3 +1,4 @@
+# shellcheck disable=SC2154  # b64 is assigned by the line send_script puts before it
 # shellcheck source=SCRIPTDIR/prelude.sh
 . ./prelude.sh
 sid=$2 created=$3 d=$4 mode=$5

@@ -8,6 +8,7 @@ E=$(printf '\033')
 B=$(printf '\007')
 # escape sequences removed the way the gateway removes them from reads (CSI, OSC, charset, 2-char)
 strip() {
+  # shellcheck disable=SC1087  # POSIX sh has no arrays: $E[ is $E followed by a bracket expression
   LC_ALL=C sed -e "s/$E\[[0-?]*[ -/]*[@-~]//g" -e "s/$E][^$B$E]*$B//g" -e "s/$E][^$E]*$E\\\\//g" \
     -e "s/$E[()*+][0-9A-Za-z]//g" -e "s/$E[=>78]//g" -e "s/$E[@-_]//g" | LC_ALL=C tr -d '\r\007'
 }

@@ -10,6 +10,7 @@ read -r mode 2>/dev/null < "$d/mode" || mode=setsid
 supalive=0
 read -r s 2>/dev/null < "/proc/$spid/stat" && {
   s=${s##*) }
+  # shellcheck disable=SC2086  # split into fields on purpose (a /proc stat line, a list of words)
   set -- $s
   [ "$1" != Z ] && [ "${20}" = "$sst" ] && supalive=1
 }
@@ -18,11 +19,13 @@ members() {
   for p in /proc/[0-9]*; do
     read -r s 2>/dev/null < "$p/stat" || continue
     s=${s##*) }
+    # shellcheck disable=SC2086  # split into fields on purpose (a /proc stat line, a list of words)
     set -- $s
     [ "$1" = Z ] && continue
     # the group only while its supervisor lives: a group number of a finished task may be reused
     if [ "$supalive" = 1 ] && [ -n "$pg" ] && [ "$3" = "$pg" ]; then list="$list ${p#/proc/}"; fi
   done
+  # shellcheck disable=SC2013  # the words are /proc paths (no blanks): grep -l lists one per file
   for ent in $(grep -lzxF -- "ROG_TASK_MARK=$mark" /proc/[0-9]*/environ 2>/dev/null); do
     p=${ent#/proc/}
     p=${p%/environ}

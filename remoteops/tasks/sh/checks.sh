@@ -1,3 +1,4 @@
+# shellcheck disable=SC2154,SC2034  # a fragment: d, H, spid, sst come from the program that includes it, which uses st, rc, zc, zo, ze
 seen=
 rc=
 exit_found() {
@@ -22,11 +23,13 @@ sup_alive() {
   [ "$spid" != - ] || return 1
   read -r s 2>/dev/null < "/proc/$spid/stat" || return 1
   s=${s##*) }
+  # shellcheck disable=SC2086  # split into fields on purpose (a /proc stat line, a list of words)
   set -- $s
   [ "$1" != Z ] && [ "${20}" = "$sst" ]
 }
 sizes() {
   # one process for the three sizes where stat -c exists (GNU, busybox); else (or a file missing) one each
+  # shellcheck disable=SC2046  # split into fields on purpose (stat prints one size per file)
   set -- $(stat -L -c %s "$d/combined" "$d/stdout" "$d/stderr" 2>/dev/null)
   if [ $# -eq 3 ]; then zc=$1 zo=$2 ze=$3; return; fi
   zc=$(wc -c 2>/dev/null < "$d/combined") || zc=0

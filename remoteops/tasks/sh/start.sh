@@ -1,3 +1,4 @@
+# shellcheck disable=SC2154  # id, nonce, rel, want, cmd_text, sup_text are assigned by the lines start_script puts before it
 set -u
 umask 077
 fail() { printf 'ROGERR %s %s\n' "$1" "$2"; exit 3; }
@@ -60,6 +61,7 @@ else
 fi
 exec 3>&- 4>&-
 rm -f nonce.fifo ack.fifo
+# shellcheck disable=SC2094  # the file sup is only read; the variable sup merely has the same name
 read -r sup < sup
 printf '%s\n' "${sess:--}" > session
 printf 'ROGOK %s %s\n' "$mode" "$sup"

@@ -1,6 +1,7 @@
 read -r nonce < nonce.fifo
 read -r s < /proc/$$/stat
 s=${s##*) }
+# shellcheck disable=SC2086  # split into fields on purpose (a /proc stat line, a list of words)
 set -- $s
 printf '%s %s\n' "$$" "${20}" > sup
 printf 'ok\n' > ack.fifo
@@ -21,6 +22,7 @@ while :; do
   for t in $t1 $t2; do
     read -r s 2>/dev/null < "/proc/$t/stat" || continue
     s=${s##*) }
+    # shellcheck disable=SC2086  # split into fields on purpose (a /proc stat line, a list of words)
     set -- $s
     [ "$1" = Z ] || busy=1
   done
