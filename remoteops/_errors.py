@@ -34,12 +34,13 @@
 Each capability's failures live in its own ``errors`` module, all inside this one tree::
 
     RemoteOpsError
-    ├── ScopedError ── TaskError / SessionError      remoteops.tasks.errors, remoteops.sessions.errors
+    ├── ScopedError ── TaskError, SessionError        remoteops.tasks.errors, remoteops.sessions.errors
     │                  (TaskNotFound is a TaskError and a ScopedNotFound, SessionExited a ScopedConflict, ...)
-    ├── RemoteFileError                              remoteops.files.errors
-    ├── ForwardError                                 remoteops.forwards.errors
-    ├── TransferPathError, TransferFailed, ...       remoteops.transfers.errors
-    └── PrivilegeError                               remoteops.privilege.errors
+    ├── RemoteFileError (FileNotFound, FileConflict, ...)          remoteops.files.errors
+    ├── ForwardError (ForwardNotFound, ForwardConflict, ...)       remoteops.forwards.errors
+    ├── TransferPathError, TransferFailed, ChecksumMismatch;       remoteops.transfers.errors
+    │   LocalPathDenied and FreeSpaceFloor are PolicyDenied, TransferCapabilityMissing a MissingCapability
+    └── PrivilegeError (SecretRequired)                            remoteops.privilege.errors
 
 A non-zero exit status (including 255 from the remote command) is a normal ``ExecResult``, never an exception.
 """

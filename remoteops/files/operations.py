@@ -5,7 +5,7 @@ a shell word; contents travel as raw bytes in the agent's frames. Every operatio
 target whose carrier is ssh or that has no usable python3 is ``MissingCapability``. Writes are atomic on
 the target (temporary file in the same directory, fsync, rename, directory fsync). A request whose answer
 never came after it was sent is ``TransportLost`` (it may have been carried out; ``stat`` with
-``sha256=True`` tells which content is there). Failures are the ``_files_errors`` tree.
+``sha256=True`` tells which content is there). Failures are the :mod:`remoteops.files.errors` tree.
 """
 
 from __future__ import annotations
@@ -45,7 +45,7 @@ class RemoteFiles:
     """The file operations of one :class:`RemoteOps` (``ops.files``), over its agent requests."""
 
     def __init__(self, agent: AgentRequests, *, ceiling_s: float) -> None:
-        self._ops = agent
+        self._agent = agent
         self._ceiling_s = ceiling_s
 
     async def _call(
@@ -53,7 +53,7 @@ class RemoteFiles:
     ) -> tuple[dict[str, Any], bytes]:
         try:
             with anyio.fail_after(self._ceiling_s):
-                return await self._ops.agent_request(target, kind, meta, data)
+                return await self._agent.agent_request(target, kind, meta, data)
         except TimeoutError:
             raise CommandTimeout(
                 f"no answer from the agent within {self._ceiling_s:.0f}s",
