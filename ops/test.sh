@@ -2,13 +2,14 @@
 # The README's test command: installs what the suite needs, then lints, type-checks and runs every test.
 #   - Debian packages (when root and apt-get exist): openssh-server rsync sudo tmux procps iproute2,
 #     chromium (the real browser the password entry page is tested with), podman and runc (docker_host_root;
-#     runc where crun cannot run here; the test skips with the engine's own errors where no container can run)
+#     runc where crun cannot run here; the test skips with the engine's own errors where no container can run),
+#     and the shell linter shellcheck (for the remote sh programs, remoteops/*/sh/*.sh)
 #   - a virtualenv in .venv with the project and its dev extra (pip cache kept in .cache/pip)
 # Extra arguments go to pytest (e.g. ops/test.sh -k relay -x).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-pkgs="openssh-server openssh-client rsync sudo tmux procps iproute2 chromium podman runc"
+pkgs="openssh-server openssh-client rsync sudo tmux procps iproute2 chromium podman runc shellcheck"
 if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
   missing=""
   for p in $pkgs; do
@@ -32,5 +33,10 @@ echo "ops/test.sh: ruff format --check" >&2
 .venv/bin/ruff format --check .
 echo "ops/test.sh: mypy --strict gateway upstream remoteops" >&2
 .venv/bin/mypy --strict gateway upstream remoteops
+echo "ops/test.sh: shellcheck remoteops/*/sh/*.sh" >&2
+for f in remoteops/*/sh/*.sh; do
+  # -x follows each program's `. ./fragment.sh` include (sources are relative to the program's directory)
+  (cd "$(dirname "$f")" && shellcheck -s sh -x "$(basename "$f")")
+done
 echo "ops/test.sh: pytest" >&2
 exec .venv/bin/pytest "$@"

@@ -22,15 +22,32 @@
     ├── ProbeError             a probe ran but its output was unusable (never cached)
     │   └── MissingCapability  capability: the target lacks what the operation needs (e.g. python3 for the
     │                          agent carrier when ``carrier = "agent"``); nothing of the caller's ran
-    └── CommandTimeout         time_limit_s, remote_killed: the local ceiling was hit without a clean end;
-                               remote_killed says whether the remote process was confirmed stopped
+    ├── CommandTimeout         time_limit_s, remote_killed: the local ceiling was hit without a clean end;
+    │                          remote_killed says whether the remote process was confirmed stopped
+    └── ScopedError            one named thing of a capability failed; ``scope`` names the attribute that
+        │                      carries its name (``task_id``, ``session``)
+        ├── ScopedNotFound          no such thing is recorded for the target
+        ├── ScopedConflict          the thing is in a state the operation cannot act on
+        ├── ScopedCapabilityMissing tool: the target lacks a program the capability needs
+        └── ScopedRemoteError       stage: a program of the capability failed on the target
+
+Each capability's failures live in its own ``errors`` module, all inside this one tree::
+
+    RemoteOpsError
+    ├── ScopedError ── TaskError, SessionError        remoteops.tasks.errors, remoteops.sessions.errors
+    │                  (TaskNotFound is a TaskError and a ScopedNotFound, SessionExited a ScopedConflict, ...)
+    ├── RemoteFileError (FileNotFound, FileConflict, ...)          remoteops.files.errors
+    ├── ForwardError (ForwardNotFound, ForwardConflict, ...)       remoteops.forwards.errors
+    ├── TransferPathError, TransferFailed, ChecksumMismatch;       remoteops.transfers.errors
+    │   LocalPathDenied and FreeSpaceFloor are PolicyDenied, TransferCapabilityMissing a MissingCapability
+    └── PrivilegeError (SecretRequired)                            remoteops.privilege.errors
 
 A non-zero exit status (including 255 from the remote command) is a normal ``ExecResult``, never an exception.
 """
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import ClassVar, Literal
 
 __all__ = [
     "AuthError",
@@ -44,6 +61,11 @@ __all__ = [
     "ProbeError",
     "RemoteOpsError",
     "RemoteShellError",
+    "ScopedCapabilityMissing",
+    "ScopedConflict",
+    "ScopedError",
+    "ScopedNotFound",
+    "ScopedRemoteError",
     "TransportError",
     "TransportLost",
     "UnknownTarget",
@@ -191,3 +213,40 @@ class MissingCapability(ProbeError):
     def __init__(self, detail: str = "", *, target: str | None = None, capability: str) -> None:
         super().__init__(detail, target=target)
         self.capability = capability
+
+
+class ScopedError(RemoteOpsError):
+    """A failure about one named thing of a capability (a task, a session) on a target.
+
+    A family sets ``scope`` (the attribute carrying the thing's name: ``task_id``, ``session``) and a
+    constructor taking that keyword; its kinds are also the kinds below, so both families share one shape."""
+
+    scope: ClassVar[str] = "name"
+
+    def __init__(self, detail: str = "", *, target: str | None = None, name: str | None = None) -> None:
+        super().__init__(detail, target=target)
+        setattr(self, self.scope, name)
+
+
+class ScopedNotFound(ScopedError):
+    """No such thing is recorded for the target (never made, or purged)."""
+
+
+class ScopedConflict(ScopedError):
+    """The thing is in a state the operation cannot act on."""
+
+
+class ScopedCapabilityMissing(ScopedError):
+    def __init__(
+        self, detail: str = "", *, target: str | None = None, name: str | None = None, tool: str
+    ) -> None:
+        super().__init__(detail, target=target, name=name)
+        self.tool = tool
+
+
+class ScopedRemoteError(ScopedError):
+    def __init__(
+        self, detail: str = "", *, target: str | None = None, name: str | None = None, stage: str
+    ) -> None:
+        super().__init__(detail, target=target, name=name)
+        self.stage = stage

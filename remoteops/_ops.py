@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
+from contextlib import AbstractAsyncContextManager
 from types import TracebackType
 from typing import Any, Self
 
@@ -26,10 +27,13 @@ from remoteops._models import (
 from remoteops._render import format_seconds, validate_request
 from remoteops._settings import TargetSpec, TransportSettings
 from remoteops.agent.carrier import AgentCarrier
+from remoteops.agent.channel import AgentRefused
 from remoteops.files.operations import RemoteFiles
+from remoteops.files.wire import failure as agent_refusal
 from remoteops.privilege.escalator import Escalator, SecretSource, permission_denial, report
 from remoteops.privilege.models import PrivilegeMode, PrivilegeReport, PrivilegeSettings, ProviderAttempt
 from remoteops.ssh.carrier import SshProcessCarrier
+from remoteops.ssh.master import Master
 from remoteops.ssh.pool import MasterPool
 from remoteops.ssh.resolve import IdentityResolver
 
@@ -49,7 +53,7 @@ class RemoteOps:
         privilege: PrivilegeSettings | None = None,
     ) -> None:
         self._settings = settings
-        self._escalator = Escalator(privilege or PrivilegeSettings())
+        self._escalator = Escalator(privilege or PrivilegeSettings(), capabilities=self.capabilities)
         self._targets: dict[str, TargetSpec] = {}
         for target in targets:
             if target.name in self._targets:
@@ -61,6 +65,7 @@ class RemoteOps:
         self._pool: MasterPool | None = None
         self._agent: AgentCarrier | None = None
         self._carrier: Carrier | None = None
+        self._files = RemoteFiles(self, ceiling_s=settings.exec_timeout_default_s)
 
     async def __aenter__(self) -> Self:
         tg = anyio.create_task_group()
@@ -113,12 +118,15 @@ class RemoteOps:
     @property
     def files(self) -> RemoteFiles:
         """Structured file operations (stat, read, write, list, mkdir, move, delete) over the agent."""
-        return RemoteFiles(self, ceiling_s=self._settings.exec_timeout_default_s)
+        return self._files
 
     async def agent_request(
         self, target: str, kind: int, meta: dict[str, Any], data: bytes = b""
     ) -> tuple[dict[str, Any], bytes]:
-        """One request of the target's agent (``_agent_program`` kinds); see ``AgentCarrier.request``."""
+        """One request of the target's agent (``remoteops.agent.program`` kinds); see
+        ``AgentCarrier.request``. An ERROR answer is the matching :class:`RemoteOpsError`
+        (``remoteops.files.wire.failure``: FileNotFound, FileConflict, ..., else TransportError), never the
+        agent's internal exception."""
         spec = self.target(target)
         pool, _ = self._ready()
         try:
@@ -127,6 +135,15 @@ class RemoteOps:
         except RemoteOpsError as exc:
             pool.record_failure(exc)
             raise
+        except AgentRefused as exc:  # the agent answered: not a transport failure, the pool records none
+            raise agent_refusal(target, exc.meta) from None
+
+    def master_channel(
+        self, spec: TargetSpec, identity: TargetIdentity
+    ) -> AbstractAsyncContextManager[Master | None]:
+        """Hold one channel slot of the target's master; yields the master (None: a one-shot connection)."""
+        pool, _ = self._ready()
+        return pool.channel(spec, identity)
 
     # -- public API ------------------------------------------------------------------------------------------
     async def list_targets(self) -> list[TargetInfo]:
@@ -245,12 +262,8 @@ class RemoteOps:
                     none = None if privilege == "user" else report(privilege, None, (), escalated=False)
                     return raw, none
                 before = (ProviderAttempt(provider="user", outcome="denied", reason=denial),)
-
-            async def caps() -> Capabilities:
-                return await self.capabilities(target)
-
             raw, provider, attempts = await self._escalator.run(
-                spec, identity, request, carrier, caps, secrets, before=before
+                spec, identity, request, carrier, secrets, before=before
             )
             return raw, report(privilege, provider, attempts, escalated=bool(before))
         except RemoteOpsError as exc:

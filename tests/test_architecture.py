@@ -492,3 +492,185 @@ def test_the_architecture_docs_name_every_sub_package() -> None:
     for text, where in ((section, "README.md#architecture"), (docs, "docs/architecture.md")):
         unnamed = [name for name in top_level if f"- `{name}/` — " not in text]
         assert unnamed == [], f"{where} does not describe these sub-packages"
+
+
+# ------------------------------------------------------------------------------------------ remoteops layers
+# Inside remoteops: a core (the root modules but the facade, plus ssh, agent and privilege) that never
+# imports a capability; capability packages that depend on the core only (never on each other, never on the
+# facade: they are given the narrow protocols of ``remoteops._runner``); the embedded demo target on the core
+# only; and the facade (``remoteops._ops``, the package's ``__init__``), the only importers of capabilities.
+
+CORE_PACKAGES = ("ssh", "agent", "privilege")
+CAPABILITY_PACKAGES = ("files", "tasks", "sessions", "transfers", "forwards")
+FACADE_MODULES = ("remoteops", "remoteops._ops")
+# Imports of remoteops modules inside functions (run when called, outside the module graph below), each with
+# the reason it is lazy. Anything else is imported at module level, where the cycle check sees it.
+LAZY_REMOTEOPS_IMPORTS: dict[tuple[str, str], str] = {}
+
+
+def _remoteops_modules() -> dict[str, Path]:
+    out = {}
+    for path in _sources("remoteops"):
+        parts = list(path.relative_to(ROOT).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts.pop()
+        out[".".join(parts)] = path
+    return out
+
+
+def _layer(module: str) -> str:
+    """core | facade | embedded | capability:<name> for a module of remoteops."""
+    parts = module.split(".")
+    if module in FACADE_MODULES:
+        return "facade"
+    head = parts[1]
+    if head in CAPABILITY_PACKAGES:
+        return f"capability:{head}"
+    if head == "embedded":
+        return "embedded"
+    if head in CORE_PACKAGES or head.startswith("_"):
+        return "core"
+    raise AssertionError(f"{module}: a remoteops module outside every layer (add it to one)")
+
+
+def _resolved(module: str, names: tuple[str, ...], known: dict[str, Path]) -> set[str]:
+    """The remoteops modules an import statement loads (``from remoteops.agent import program`` → the
+    submodule when it is one, else the package)."""
+    out = set()
+    for name in names or ("",):
+        sub = f"{module}.{name}" if name else module
+        out.add(sub if sub in known else module)
+    return out
+
+
+def _remoteops_edges(*, lazy: bool) -> set[tuple[str, str]]:
+    """(importer, imported) between remoteops modules: module-level imports (also those under
+    ``if TYPE_CHECKING:``), or with ``lazy`` only the imports inside functions."""
+    known = _remoteops_modules()
+    edges = set()
+    for importer, path in known.items():
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        inside = {
+            id(node)
+            for fn in ast.walk(tree)
+            if isinstance(fn, ast.FunctionDef | ast.AsyncFunctionDef)
+            for node in ast.walk(fn)
+        }
+        for node in ast.walk(tree):
+            if (id(node) in inside) != lazy:
+                continue
+            if isinstance(node, ast.Import):
+                targets = {alias.name for alias in node.names}
+            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                targets = _resolved(node.module, tuple(a.name for a in node.names), known)
+            else:
+                continue
+            for target in targets:
+                if target.split(".")[0] == "remoteops" and target != importer:
+                    assert target in known, f"{importer} imports {target}, which is not a remoteops module"
+                    edges.add((importer, target))
+    return edges
+
+
+def test_every_remoteops_module_belongs_to_a_layer() -> None:
+    layers = {module: _layer(module) for module in _remoteops_modules()}
+    assert layers["remoteops._ops"] == "facade"
+    assert layers["remoteops._runner"] == "core"
+    assert set(layers.values()) >= {"core", "facade", "embedded"} | {
+        f"capability:{name}" for name in CAPABILITY_PACKAGES
+    }
+
+
+def _allowed(importer_layer: str, imported_layer: str) -> bool:
+    if importer_layer == "facade":
+        return True
+    if imported_layer == "core":
+        return True
+    # a capability or the embedded target uses its own modules; the core never reaches up
+    return importer_layer == imported_layer and importer_layer != "core"
+
+
+def test_remoteops_layers_import_only_downwards() -> None:
+    offenders = sorted(
+        f"{importer} ({_layer(importer)}) imports {imported} ({_layer(imported)})"
+        for importer, imported in _remoteops_edges(lazy=False) | _remoteops_edges(lazy=True)
+        if not _allowed(_layer(importer), _layer(imported))
+    )
+    assert offenders == []
+
+
+def test_only_the_facade_imports_capabilities_and_only_the_package_imports_the_facade() -> None:
+    edges = _remoteops_edges(lazy=False) | _remoteops_edges(lazy=True)
+    capability_importers = {
+        importer
+        for importer, imported in edges
+        if _layer(imported).startswith("capability:") and _layer(importer) != _layer(imported)
+    }
+    assert capability_importers <= set(FACADE_MODULES)
+    assert {importer for importer, imported in edges if imported == "remoteops._ops"} == {"remoteops"}
+
+
+def test_the_layer_check_sees_a_capability_reaching_for_the_facade_or_a_sibling() -> None:
+    # The rule itself, so a broken _allowed cannot pass the checks above vacuously.
+    assert not _allowed("capability:sessions", "capability:tasks")
+    assert not _allowed("capability:files", "facade")
+    assert not _allowed("core", "capability:files")
+    assert not _allowed("embedded", "capability:files")
+    assert _allowed("capability:tasks", "core")
+    assert _allowed("capability:tasks", "capability:tasks")
+    assert _allowed("facade", "capability:tasks")
+
+
+def _cycles(edges: set[tuple[str, str]]) -> list[list[str]]:
+    """The strongly connected components with more than one module (Tarjan)."""
+    graph: dict[str, list[str]] = {}
+    for a, b in edges:
+        graph.setdefault(a, []).append(b)
+        graph.setdefault(b, [])
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    out: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for nxt in graph[node]:
+            if nxt not in index:
+                visit(nxt)
+                low[node] = min(low[node], low[nxt])
+            elif nxt in on_stack:
+                low[node] = min(low[node], index[nxt])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                top = stack.pop()
+                on_stack.discard(top)
+                component.append(top)
+                if top == node:
+                    break
+            if len(component) > 1:
+                out.append(sorted(component))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return out
+
+
+def test_no_import_cycles_between_remoteops_modules() -> None:
+    # remoteops/__init__ imports everything and is imported (as the parent package) by everything: it is
+    # left out, as Python initialises a parent package before its modules.
+    edges = {(a, b) for a, b in _remoteops_edges(lazy=False) if "remoteops" not in (a, b)}
+    assert _cycles(edges) == []
+
+
+def test_the_cycle_check_finds_a_cycle() -> None:
+    assert _cycles({("a", "b"), ("b", "c"), ("c", "a"), ("c", "d")}) == [["a", "b", "c"]]
+
+
+def test_lazy_remoteops_imports_are_only_those_listed_with_a_reason() -> None:
+    assert _remoteops_edges(lazy=True) == set(LAZY_REMOTEOPS_IMPORTS)
+    assert all(reason.strip() for reason in LAZY_REMOTEOPS_IMPORTS.values())

@@ -5,6 +5,7 @@ Modules:
 - ``server`` — the low-level SDK ``Server`` whose handlers reach the runtime one way only.
 - ``surface`` — its handlers for relayed resources, templates, prompts, completions, subscriptions.
 - ``stdio`` — stdio that answers every request line, even one that cannot be parsed.
+- ``drain`` — the stdio transport on the event loop and the bounded drain that SIGTERM starts.
 - ``http`` — guarded streamable HTTP: Host/Origin allow-lists, body cap, bearer auth, /healthz.
 - ``sdnotify`` — systemd's notify-socket protocol (sd_notify) and the watchdog, without libsystemd.
 - ``serve`` — running it all: stdio or guarded HTTP under uvicorn, sd_notify, a bounded drain.

@@ -5,19 +5,19 @@ a shell word; contents travel as raw bytes in the agent's frames. Every operatio
 target whose carrier is ssh or that has no usable python3 is ``MissingCapability``. Writes are atomic on
 the target (temporary file in the same directory, fsync, rename, directory fsync). A request whose answer
 never came after it was sent is ``TransportLost`` (it may have been carried out; ``stat`` with
-``sha256=True`` tells which content is there). Failures are the ``_files_errors`` tree.
+``sha256=True`` tells which content is there). Failures are the :mod:`remoteops.files.errors` tree.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 import anyio
 
 from remoteops._errors import CommandTimeout, InvalidRequest
+from remoteops._runner import AgentRequests
 from remoteops.agent import program as proto
-from remoteops.agent.channel import AgentRefused
 from remoteops.files import wire as w
 from remoteops.files.errors import FileConflict, FileRequestInvalid
 from remoteops.files.models import (
@@ -38,17 +38,14 @@ from remoteops.files.models import (
 from remoteops.files.patch import MAX_PATCH_BYTES, Hunk, PatchResult, apply_hunks
 from remoteops.files.wire import PathArg
 
-if TYPE_CHECKING:
-    from remoteops._ops import RemoteOps
-
 __all__ = ["PathArg", "RemoteFiles"]
 
 
 class RemoteFiles:
-    """The file operations of one :class:`RemoteOps` (``ops.files``)."""
+    """The file operations of one :class:`RemoteOps` (``ops.files``), over its agent requests."""
 
-    def __init__(self, ops: RemoteOps, *, ceiling_s: float) -> None:
-        self._ops = ops
+    def __init__(self, agent: AgentRequests, *, ceiling_s: float) -> None:
+        self._agent = agent
         self._ceiling_s = ceiling_s
 
     async def _call(
@@ -56,9 +53,7 @@ class RemoteFiles:
     ) -> tuple[dict[str, Any], bytes]:
         try:
             with anyio.fail_after(self._ceiling_s):
-                return await self._ops.agent_request(target, kind, meta, data)
-        except AgentRefused as exc:
-            raise w.failure(target, exc.meta) from None
+                return await self._agent.agent_request(target, kind, meta, data)
         except TimeoutError:
             raise CommandTimeout(
                 f"no answer from the agent within {self._ceiling_s:.0f}s",

@@ -22,7 +22,7 @@ from remoteops.forwards.models import CheckName, ForwardCheck, ForwardHealth, Fo
 from remoteops.forwards.proc import identity_alive
 
 if TYPE_CHECKING:
-    from remoteops._ops import RemoteOps
+    from remoteops._runner import Runner
 
 __all__ = ["check_forward", "connect_address"]
 
@@ -72,7 +72,7 @@ async def _socks(host: str, port: int) -> tuple[bool | None, str]:
     return False, f"unexpected SOCKS reply {reply.hex()}"
 
 
-async def _remote_listener(ops: RemoteOps, target: str, port: int) -> tuple[bool | None, str]:
+async def _remote_listener(ops: Runner, target: str, port: int) -> tuple[bool | None, str]:
     result = await ops.run(target, ["ss", "-Htln", "sport", "=", f":{port}"], timeout_s=10)
     if result.exit_code == 127:
         return None, "ss is not available on the target"
@@ -84,7 +84,7 @@ async def _remote_listener(ops: RemoteOps, target: str, port: int) -> tuple[bool
     return False, f"nothing listens on port {port} on the target"
 
 
-async def check_forward(ops: RemoteOps, record: ForwardRecord, *, limit_s: float) -> ForwardHealth:
+async def check_forward(ops: Runner, record: ForwardRecord, *, limit_s: float) -> ForwardHealth:
     checks: list[ForwardCheck] = []
     alive = identity_alive(record.process)
     if alive is None:

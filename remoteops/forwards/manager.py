@@ -58,7 +58,7 @@ from remoteops.forwards.proc import (
 from remoteops.ssh.args import classify_ssh_failure, tail_lines
 
 if TYPE_CHECKING:
-    from remoteops._ops import RemoteOps
+    from remoteops._runner import Runner
 
 __all__ = ["ForwardManager", "ForwardStore"]
 
@@ -105,7 +105,7 @@ def _remove(path: Path) -> None:
 class ForwardManager:
     def __init__(
         self,
-        ops: RemoteOps,
+        ops: Runner,
         transport: TransportSettings,
         settings: ForwardSettings,
         store: ForwardStore,

@@ -19,7 +19,7 @@ import dataclasses
 import re
 import time
 from collections import deque
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
@@ -85,9 +85,19 @@ def permission_denial(raw: RawExec) -> str | None:
     return None
 
 
+class CapabilityProbe(Protocol):
+    """The target's capabilities (which providers can be tried), probed and cached by the facade."""
+
+    def __call__(self, name: str) -> Awaitable[Capabilities]: ...
+
+
 class Escalator:
-    def __init__(self, settings: PrivilegeSettings) -> None:
+    """Runs requests as root through the operator's providers. It is given what it needs: its settings, a
+    capability probe (at construction), and per run the carrier and the secret source."""
+
+    def __init__(self, settings: PrivilegeSettings, *, capabilities: CapabilityProbe) -> None:
         self._settings = settings
+        self._capabilities = capabilities
         self._preferred: dict[str, ProviderName] = {}
         self._uses: dict[str, deque[float]] = {}
 
@@ -152,7 +162,6 @@ class Escalator:
         identity: TargetIdentity,
         request: ExecRequest,
         carrier: Carrier,
-        capabilities: Callable[[], Awaitable[Capabilities]],
         secrets: SecretSource | None,
         *,
         before: tuple[ProviderAttempt, ...] = (),
@@ -161,7 +170,7 @@ class Escalator:
         name = spec.name
         attempts = list(before)
         try:
-            caps: Capabilities | None = await capabilities()
+            caps: Capabilities | None = await self._capabilities(name)
         except RemoteOpsError:
             caps = None  # the providers are tried blind; each still proves uid 0 before anything runs
 

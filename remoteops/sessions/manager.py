@@ -33,20 +33,23 @@ import anyio.abc
 import structlog
 
 from remoteops._errors import InvalidRequest
-from remoteops._ops import RemoteOps
+from remoteops._programs import base64_read_cap, recover
+from remoteops._runner import Runner
 from remoteops._settings import TransportSettings
 from remoteops._state import Collection as StoreCollection
 from remoteops._state import StateStore
+from remoteops.sessions.errors import (
+    SessionConflict,
+    SessionExited,
+    SessionNotFound,
+)
 from remoteops.sessions.models import (
     SESSION_NAME,
     SendMode,
     SessionCloseResult,
-    SessionConflict,
     SessionEnsureResult,
-    SessionExited,
     SessionHealth,
     SessionInfo,
-    SessionNotFound,
     SessionRead,
     SessionRecord,
     SessionSendResult,
@@ -57,8 +60,6 @@ from remoteops.sessions.models import (
 )
 from remoteops.sessions.read import pane_read, plan_send, stream_read
 from remoteops.sessions.wire import HOLD_MAX, SessionWire, Waited, strip_ansi
-from remoteops.tasks.upkeep import recover
-from remoteops.tasks.wire import base64_read_cap
 
 __all__ = ["SESSIONS", "RemoteSessions", "session_key"]
 
@@ -82,7 +83,7 @@ class RemoteSessions:
 
     def __init__(
         self,
-        ops: RemoteOps,
+        ops: Runner,
         store: StateStore,
         settings: SessionSettings,
         transport: TransportSettings,

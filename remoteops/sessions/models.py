@@ -1,13 +1,6 @@
-"""Records and results of interactive sessions on a target's tmux, their settings and their errors.
+"""Records and results of interactive sessions on a target's tmux and their settings.
 
-Errors (subclasses of :class:`remoteops.RemoteOpsError`)::
-
-    SessionError                  target, session (the name)
-    ├── SessionNotFound           no session of that name is recorded for the target
-    ├── SessionExited             the session has ended on the target (``state``: exited)
-    ├── SessionConflict           the request cannot be served as asked (``reason``: stream_ended, ...)
-    ├── SessionCapabilityMissing  the target lacks a program sessions need (``tool``: tmux, base64, ...)
-    └── SessionRemoteError        a session program on the target failed (``stage``)
+Its errors are in :mod:`remoteops.sessions.errors`.
 """
 
 from __future__ import annotations
@@ -17,26 +10,18 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from remoteops._errors import RemoteOpsError
-
 __all__ = [
     "KEY_NAMES",
     "SESSION_NAME",
     "EnsureOutcome",
     "KeyName",
     "SendMode",
-    "SessionCapabilityMissing",
     "SessionCloseResult",
-    "SessionConflict",
     "SessionEnsureResult",
-    "SessionError",
-    "SessionExited",
     "SessionHealth",
     "SessionInfo",
-    "SessionNotFound",
     "SessionRead",
     "SessionRecord",
-    "SessionRemoteError",
     "SessionSendResult",
     "SessionSettings",
     "SessionState",
@@ -267,43 +252,3 @@ class SessionHealth(BaseModel):
     height: int
     history_limit: int
     reconciling: int = Field(0, description="Recorded sessions whose remote state is still being checked.")
-
-
-class SessionError(RemoteOpsError):
-    def __init__(self, detail: str = "", *, target: str | None = None, session: str | None = None) -> None:
-        super().__init__(detail, target=target)
-        self.session = session
-
-
-class SessionNotFound(SessionError):
-    pass
-
-
-class SessionExited(SessionError):
-    def __init__(self, detail: str = "", *, target: str | None = None, session: str | None = None) -> None:
-        super().__init__(detail, target=target, session=session)
-        self.state = "exited"
-
-
-class SessionConflict(SessionError):
-    def __init__(
-        self, detail: str = "", *, target: str | None = None, session: str | None = None, reason: str
-    ) -> None:
-        super().__init__(detail, target=target, session=session)
-        self.reason = reason
-
-
-class SessionCapabilityMissing(SessionError):
-    def __init__(
-        self, detail: str = "", *, target: str | None = None, session: str | None = None, tool: str
-    ) -> None:
-        super().__init__(detail, target=target, session=session)
-        self.tool = tool
-
-
-class SessionRemoteError(SessionError):
-    def __init__(
-        self, detail: str = "", *, target: str | None = None, session: str | None = None, stage: str
-    ) -> None:
-        super().__init__(detail, target=target, session=session)
-        self.stage = stage

@@ -8,9 +8,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from remoteops._errors import InvalidRequest
+from remoteops._programs import decode_text_prefix
 from remoteops.sessions.models import KEY_NAMES, SendMode, SessionRead, SessionRecord, SessionView
 from remoteops.sessions.wire import PaneCapture, StreamChunk, escape_safe_cut, strip_ansi
-from remoteops.tasks.wire import decode_text_prefix
 
 __all__ = ["pane_read", "plan_send", "stream_read"]
 

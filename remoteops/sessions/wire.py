@@ -10,15 +10,16 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-import anyio
-
-from remoteops._ops import RemoteOps
-from remoteops.sessions.models import (
+from remoteops._programs import run_program
+from remoteops._runner import Runner
+from remoteops.sessions.errors import (
     SessionCapabilityMissing,
     SessionConflict,
     SessionExited,
-    SessionRecord,
     SessionRemoteError,
+)
+from remoteops.sessions.models import (
+    SessionRecord,
     SessionSettings,
 )
 from remoteops.sessions.scripts import (
@@ -147,7 +148,7 @@ def _b64(text: str) -> bytes:
 
 
 class SessionWire:
-    def __init__(self, ops: RemoteOps, settings: SessionSettings, *, ceiling_s: float) -> None:
+    def __init__(self, ops: Runner, settings: SessionSettings, *, ceiling_s: float) -> None:
         self._ops = ops
         self._settings = settings
         self._ceiling_s = ceiling_s
@@ -157,10 +158,8 @@ class SessionWire:
         self, target: str, name: str, stage: str, script: str, args: Sequence[str], limit: float
     ) -> list[str]:
         limit = min(limit, self._ceiling_s)  # the operator's exec ceiling holds for these programs too
-        with anyio.fail_after(limit + _LOCAL_GRACE_S):
-            result = await self._ops.run(
-                target, ["sh", "-s", "--", self._root, *args], stdin=script.encode(), timeout_s=limit
-            )
+        argv = ["sh", "-s", "--", self._root, *args]
+        result = await run_program(self._ops, target, argv, script, limit_s=limit, grace_s=_LOCAL_GRACE_S)
         lines = result.stdout.splitlines()
         err = next((ln.split(" ", 2)[1:] for ln in lines if ln.startswith("ROGERR ")), None)
         if err is not None:

@@ -44,18 +44,21 @@ from remoteops._errors import (
     RemoteShellError,
     UnknownTarget,
 )
-from remoteops._ops import RemoteOps
+from remoteops._programs import base64_read_cap, decode_text_prefix, recover
+from remoteops._runner import Runner
 from remoteops._settings import TransportSettings
 from remoteops._state import Collection, StateStore
+from remoteops.tasks.errors import (
+    TaskConflict,
+    TaskError,
+    TaskNotFound,
+)
 from remoteops.tasks.models import (
     FINISHED,
     CancelStep,
     TaskCancelResult,
-    TaskConflict,
-    TaskError,
     TaskHealth,
     TaskInfo,
-    TaskNotFound,
     TaskOutput,
     TaskRecord,
     TaskSettings,
@@ -65,8 +68,8 @@ from remoteops.tasks.models import (
     WaitOutcome,
 )
 from remoteops.tasks.scripts import command_file, new_nonce, start_script
-from remoteops.tasks.upkeep import checked_command, expired, recover, retention_loop
-from remoteops.tasks.wire import Seen, TaskWire, base64_read_cap, decode_text_prefix
+from remoteops.tasks.upkeep import checked_command, expired, retention_loop
+from remoteops.tasks.wire import Seen, TaskWire
 
 __all__ = ["TASKS", "RemoteTasks"]
 
@@ -98,7 +101,7 @@ class RemoteTasks:
 
     def __init__(
         self,
-        ops: RemoteOps,
+        ops: Runner,
         store: StateStore,
         settings: TaskSettings,
         transport: TransportSettings,

@@ -1,12 +1,6 @@
-"""Records and results of long-running remote tasks, their settings and their errors.
+"""Records and results of long-running remote tasks and their settings.
 
-Errors (subclasses of :class:`remoteops.RemoteOpsError`)::
-
-    TaskError                 task_id
-    ├── TaskNotFound          no such task (never started, or purged after retention)
-    ├── TaskConflict          the task is in a state the operation cannot act on (details in ``state``)
-    ├── TaskCapabilityMissing the target lacks a program tasks need (``tool``: setsid, sha256sum, tmux, ...)
-    └── TaskRemoteError       a task program on the target failed (``stage``: start / read / cancel / purge)
+Its errors are in :mod:`remoteops.tasks.errors`.
 """
 
 from __future__ import annotations
@@ -15,21 +9,14 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from remoteops._errors import RemoteOpsError
-
 __all__ = [
     "CancelStep",
     "TaskCancelResult",
-    "TaskCapabilityMissing",
-    "TaskConflict",
-    "TaskError",
     "TaskHealth",
     "TaskInfo",
     "TaskMode",
-    "TaskNotFound",
     "TaskOutput",
     "TaskRecord",
-    "TaskRemoteError",
     "TaskSettings",
     "TaskState",
     "TaskStream",
@@ -198,37 +185,3 @@ class TaskHealth(BaseModel):
     session: str
     retention_s: float
     reconciling: int = Field(0, description="Recovered tasks whose remote state is still being checked.")
-
-
-class TaskError(RemoteOpsError):
-    def __init__(self, detail: str = "", *, target: str | None = None, task_id: str | None = None) -> None:
-        super().__init__(detail, target=target)
-        self.task_id = task_id
-
-
-class TaskNotFound(TaskError):
-    pass
-
-
-class TaskConflict(TaskError):
-    def __init__(
-        self, detail: str = "", *, target: str | None = None, task_id: str | None = None, state: str
-    ) -> None:
-        super().__init__(detail, target=target, task_id=task_id)
-        self.state = state
-
-
-class TaskCapabilityMissing(TaskError):
-    def __init__(
-        self, detail: str = "", *, target: str | None = None, task_id: str | None = None, tool: str
-    ) -> None:
-        super().__init__(detail, target=target, task_id=task_id)
-        self.tool = tool
-
-
-class TaskRemoteError(TaskError):
-    def __init__(
-        self, detail: str = "", *, target: str | None = None, task_id: str | None = None, stage: str
-    ) -> None:
-        super().__init__(detail, target=target, task_id=task_id)
-        self.stage = stage

@@ -5,17 +5,15 @@ from __future__ import annotations
 
 import re
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
-from typing import Protocol, TypeVar
 
 import anyio
 import structlog
 
-from remoteops._errors import InvalidRequest, RemoteOpsError
+from remoteops._errors import InvalidRequest
 from remoteops.tasks.models import FINISHED, TaskRecord
 
-__all__ = ["checked_command", "expired", "recover", "retention_loop"]
+__all__ = ["checked_command", "expired", "retention_loop"]
 
-_PARALLEL = 4
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _log = structlog.get_logger("remoteops.tasks")
 
@@ -66,41 +64,6 @@ def _check_text(target: str | None, field: str, value: str) -> None:
     except UnicodeEncodeError:
         reason = "is not valid UTF-8 (lone surrogate)"
         raise InvalidRequest(target=target, field=field, reason=reason) from None
-
-
-class _Recorded(Protocol):
-    @property
-    def id(self) -> str: ...
-
-
-RecordT = TypeVar("RecordT", bound=_Recorded)
-
-
-async def recover(
-    pending: Iterable[RecordT],
-    check: Callable[[RecordT], Awaitable[object]],
-    reconciling: set[str],
-    *,
-    event: str = "task_recover_failed",
-) -> None:
-    """Look at every pending record (task, session) once, a few at a time; ``reconciling`` holds the IDs not
-    yet looked at. A target that cannot be reached leaves its records as they were: the next look decides."""
-    todo = list(pending)
-    reconciling.update(r.id for r in todo)
-    limiter = anyio.Semaphore(_PARALLEL)
-
-    async def one(record: RecordT) -> None:
-        async with limiter:
-            try:
-                await check(record)
-            except (RemoteOpsError, TimeoutError) as exc:
-                _log.warning(event, record=record.id, error=type(exc).__name__)
-            finally:
-                reconciling.discard(record.id)
-
-    async with anyio.create_task_group() as tg:
-        for record in todo:
-            tg.start_soon(one, record)
 
 
 def expired(records: Iterable[TaskRecord], retention_s: float, now: float) -> dict[str, list[TaskRecord]]:

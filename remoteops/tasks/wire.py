@@ -6,45 +6,27 @@ from __future__ import annotations
 
 import base64
 import binascii
-import codecs
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-import anyio
-
-from remoteops._ops import RemoteOps
-from remoteops.tasks.models import (
+from remoteops._programs import run_program
+from remoteops._runner import Runner
+from remoteops.tasks.errors import (
     TaskCapabilityMissing,
     TaskConflict,
-    TaskRecord,
     TaskRemoteError,
+)
+from remoteops.tasks.models import (
+    TaskRecord,
     TaskStream,
 )
 from remoteops.tasks.scripts import CANCEL_SCRIPT, PURGE_SCRIPT, READ_SCRIPT, WAIT_SCRIPT
 
-__all__ = ["Cancelled", "Chunk", "Seen", "Started", "TaskWire", "base64_read_cap", "decode_text_prefix"]
+__all__ = ["Cancelled", "Chunk", "Seen", "Started", "TaskWire"]
 
 _START_LIMIT_S = 30.0
 _LIMIT_S = 30.0
 _LOCAL_GRACE_S = 15.0  # beyond the remote limit, for ssh itself
-
-
-def base64_read_cap(output_cap_bytes: int) -> int:
-    """Bytes a read may ask the target for: they come back base64 (4/3 larger) and the whole answer must fit
-    inside the carrier's output cap, with room for its header lines."""
-    return max(1024, (output_cap_bytes - 1024) * 3 // 4)
-
-
-def decode_text_prefix(data: bytes, *, final: bool) -> tuple[str, int]:
-    """Decode UTF-8, holding back an incomplete trailing character unless ``final``: (text, bytes used).
-    Invalid bytes become U+FFFD and still count, so cursors never skip or repeat a byte. Bytes that are only
-    the start of a character still being written give ``("", 0)``: the next read, once the rest has arrived
-    (or the stream has ended, ``final``), returns the whole character — never replacement characters for a
-    character cut in two. (Readers ask for at least 4 bytes, so a complete character always fits.)"""
-    decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
-    text = decoder.decode(data, final=final)
-    pending = len(decoder.getstate()[0])
-    return text, len(data) - pending
 
 
 @dataclass(frozen=True)
@@ -90,7 +72,7 @@ def _int(text: str) -> int | None:
 
 
 class TaskWire:
-    def __init__(self, ops: RemoteOps, remote_dir: str, *, ceiling_s: float) -> None:
+    def __init__(self, ops: Runner, remote_dir: str, *, ceiling_s: float) -> None:
         self._ops = ops
         self._root = remote_dir.rstrip("/") or "/"
         self._ceiling_s = ceiling_s
@@ -114,10 +96,8 @@ class TaskWire:
         self, target: str, task_id: str | None, script: str, args: Sequence[str], limit: float
     ) -> str:
         limit = min(limit, self._ceiling_s)  # the operator's exec ceiling holds for these programs too
-        with anyio.fail_after(limit + _LOCAL_GRACE_S):
-            result = await self._ops.run(
-                target, ["sh", "-s", "--", *args], stdin=script.encode(), timeout_s=limit
-            )
+        argv = ["sh", "-s", "--", *args]
+        result = await run_program(self._ops, target, argv, script, limit_s=limit, grace_s=_LOCAL_GRACE_S)
         if result.exit_code != 0:
             raise TaskRemoteError(
                 f"task program exited {result.exit_code}: {result.stderr.strip()[-400:]}",

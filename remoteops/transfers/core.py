@@ -41,7 +41,7 @@ from remoteops.transfers.probe import LocalTree, Probe, local_probe, remote_prob
 from remoteops.transfers.run import RunOutcome, failure, run_tool
 
 if TYPE_CHECKING:
-    from remoteops._ops import RemoteOps
+    from remoteops._runner import Runner
 
 __all__ = ["TransferCore", "rate", "strip_slashes"]
 
@@ -53,7 +53,7 @@ _LEFTOVER_S = 10.0
 class TransferCore:
     """Shared pieces of upload, download and sync (see :class:`remoteops.Transfers`)."""
 
-    def __init__(self, ops: RemoteOps, transport: TransportSettings, settings: TransferSettings) -> None:
+    def __init__(self, ops: Runner, transport: TransportSettings, settings: TransferSettings) -> None:
         """``transport`` must be the settings ``ops`` was made with (rsync/scp get the same ssh options)."""
         self._ops = ops
         self._settings = settings
@@ -206,8 +206,7 @@ class TransferCore:
         """Hold a channel slot of the target's master; yield the ssh words (without host and command)."""
         spec = self._ops.target(target)
         identity = await self._ops.identity(target)
-        pool = self._ops._ready()[0]
-        async with pool.channel(spec, identity) as master:
+        async with self._ops.master_channel(spec, identity) as master:
             if master is None:
                 argv = self._args.oneshot(spec, "")
             else:

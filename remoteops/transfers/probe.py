@@ -20,7 +20,7 @@ from remoteops._errors import ProbeError
 from remoteops.transfers.models import PARTIAL_DIR
 
 if TYPE_CHECKING:
-    from remoteops._ops import RemoteOps
+    from remoteops._runner import Runner
 
 __all__ = [
     "Kind",
@@ -132,7 +132,7 @@ async def local_probe(path: Path) -> tuple[Probe, LocalTree | None]:
     return await anyio.to_thread.run_sync(_local_probe, path, abandon_on_cancel=True)
 
 
-async def remote_probe(ops: RemoteOps, target: str, path: str, partial_name: str | None = None) -> Probe:
+async def remote_probe(ops: Runner, target: str, path: str, partial_name: str | None = None) -> Probe:
     """``partial_name``: the file name rsync writes (and keeps partial data of), when not the path's own."""
     parent, name = split_remote(path)
     name = partial_name or name
@@ -186,7 +186,7 @@ def _limit_s(ceiling_s: float, size: int) -> float:
 
 
 async def hash_remote(
-    ops: RemoteOps,
+    ops: Runner,
     target: str,
     path: str,
     names: dict[str, int] | None,

@@ -17,7 +17,7 @@ from remoteops.transfers.errors import ChecksumMismatch, TransferFailed
 from remoteops.transfers.probe import hash_local, hash_remote
 
 if TYPE_CHECKING:
-    from remoteops._ops import RemoteOps
+    from remoteops._runner import Runner
 
 __all__ = ["Verified", "verify_transfer"]
 
@@ -32,7 +32,7 @@ class Verified:
 
 
 async def verify_transfer(
-    ops: RemoteOps,
+    ops: Runner,
     target: str,
     *,
     local: Path,
@@ -89,7 +89,7 @@ def _aside_local(root: Path, names: list[str], nonce: str) -> list[str]:
     return moved
 
 
-async def _aside_remote(ops: RemoteOps, target: str, remote: str, names: list[str], nonce: str) -> list[str]:
+async def _aside_remote(ops: Runner, target: str, remote: str, names: list[str], nonce: str) -> list[str]:
     paths = [_join(remote, name) for name in names]
     for start in range(0, len(paths), 200):
         chunk = paths[start : start + 200]

@@ -7,10 +7,10 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from remoteops._programs import decode_text_prefix
 from remoteops.sessions.models import SessionRecord
 from remoteops.sessions.read import stream_read
 from remoteops.sessions.wire import HOLD_MAX, StreamChunk, escape_safe_cut, strip_ansi
-from remoteops.tasks.wire import decode_text_prefix
 
 _PIECES = st.sampled_from(
     [

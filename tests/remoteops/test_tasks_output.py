@@ -14,7 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from remoteops import RemoteTasks, TaskConflict, TransportSettings
-from remoteops.tasks.wire import decode_text_prefix
+from remoteops._programs import decode_text_prefix
 from tests.remoteops import task_helpers as th
 from tests.remoteops.conftest import OpsFactory
 from tests.remoteops.task_helpers import remote_root, running_tasks, start_sh

@@ -1,0 +1,45 @@
+# shellcheck disable=SC2154,SC2034  # a fragment: d, H, spid, sst come from the program that includes it, which uses st, rc, zc, zo, ze
+seen=
+rc=
+exit_found() {
+  for f in "$d"/exit.*; do
+    [ -f "$f" ] || continue
+    n=${f##*/exit.}
+    case " $seen " in *" $n "*) continue ;; esac
+    h=$(printf '%s' "$n" | sha256sum)
+    h=${h%% *}
+    if [ "$h" = "$H" ]; then
+      rc=
+      read -r rc < "$f" || :
+      case $rc in '' | *[!0-9]*) return 1 ;; esac
+      return 0
+    fi
+    seen="$seen $n"
+  done
+  return 1
+}
+if [ "$spid" = - ] && [ -s "$d/sup" ]; then read -r spid sst < "$d/sup"; fi
+sup_alive() {
+  [ "$spid" != - ] || return 1
+  read -r s 2>/dev/null < "/proc/$spid/stat" || return 1
+  s=${s##*) }
+  # shellcheck disable=SC2086  # split into fields on purpose (a /proc stat line, a list of words)
+  set -- $s
+  [ "$1" != Z ] && [ "${20}" = "$sst" ]
+}
+sizes() {
+  # one process for the three sizes where stat -c exists (GNU, busybox); else (or a file missing) one each
+  # shellcheck disable=SC2046  # split into fields on purpose (stat prints one size per file)
+  set -- $(stat -L -c %s "$d/combined" "$d/stdout" "$d/stderr" 2>/dev/null)
+  if [ $# -eq 3 ]; then zc=$1 zo=$2 ze=$3; return; fi
+  zc=$(wc -c 2>/dev/null < "$d/combined") || zc=0
+  zo=$(wc -c 2>/dev/null < "$d/stdout") || zo=0
+  ze=$(wc -c 2>/dev/null < "$d/stderr") || ze=0
+}
+state() {
+  if exit_found; then st=exited
+  elif sup_alive; then st=running
+  elif exit_found; then st=exited
+  else st=lost
+  fi
+}
