@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Any
-
-from gateway._catalog import ToolSpec
+from gateway._catalog import AnySpec
 from gateway.tools import files, files_search, forwards, health, remote, root, sessions, tasks, transfers
 
 __all__ = ["all_specs"]
 
 
-def all_specs() -> list[ToolSpec[Any, Any]]:
+def all_specs() -> list[AnySpec]:
     """Every own tool, in catalog order."""
     return [
         *health.SPECS,

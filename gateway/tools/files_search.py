@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Literal
 
 from pydantic import Field
 
-from gateway._catalog import REMOTE_READ, ToolSpec
 from gateway._context import ToolContext
+from gateway.tools._registry import READ, ToolGroup
 from gateway.tools.files_paths import PathIn
 from remoteops import GrepResult, ListResult
 
 __all__ = ["SPECS"]
+
+_tools = ToolGroup(READ)
+SPECS = _tools.specs
 
 _Kind = Literal["file", "directory", "symlink", "fifo", "socket", "char", "block"]
 
@@ -47,6 +50,20 @@ class GrepOut(GrepResult):
     target: str
 
 
+def _render_grep(out: GrepOut) -> str:
+    lines = [f"{m.path}:{m.line}: {m.text}" for m in out.matches]
+    lines += [f"skipped {s.path} ({s.reason})" for s in out.skipped]
+    if out.truncated:
+        lines.append("… truncated")
+    return "\n".join(lines) or "no matches"
+
+
+@_tools.tool(
+    "remote_find",
+    "Find remote files",
+    "Entries under a directory matching a name glob, type, size and mtime bounds, to a max depth, in "
+    "deterministic order, bounded by limit with truncated. Needs the agent.",
+)
 async def remote_find(ctx: ToolContext, args: FindIn) -> FindOut:
     out = await ctx.runtime.remote.files.find(
         args.target,
@@ -64,6 +81,14 @@ async def remote_find(ctx: ToolContext, args: FindIn) -> FindOut:
     return FindOut(target=args.target, **out.model_dump())
 
 
+@_tools.tool(
+    "remote_grep",
+    "Search remote files",
+    "Lines matching a Python regular expression in the files under a path (include/exclude globs, context "
+    "lines, line numbers); binary files are skipped and listed; matches and bytes are bounded (truncated). "
+    "Needs the agent.",
+    render=_render_grep,
+)
 async def remote_grep(ctx: ToolContext, args: GrepIn) -> GrepOut:
     out = await ctx.runtime.remote.files.grep(
         args.target,
@@ -79,37 +104,3 @@ async def remote_grep(ctx: ToolContext, args: GrepIn) -> GrepOut:
         hidden=args.hidden,
     )
     return GrepOut(target=args.target, **out.model_dump())
-
-
-def _render_grep(out: GrepOut) -> str:
-    lines = [f"{m.path}:{m.line}: {m.text}" for m in out.matches]
-    lines += [f"skipped {s.path} ({s.reason})" for s in out.skipped]
-    if out.truncated:
-        lines.append("… truncated")
-    return "\n".join(lines) or "no matches"
-
-
-SPECS: list[ToolSpec[Any, Any]] = [
-    ToolSpec(
-        name="remote_find",
-        title="Find remote files",
-        description="Entries under a directory matching a name glob, type, size and mtime bounds, to a max "
-        "depth, in deterministic order, bounded by limit with truncated. Needs the agent.",
-        input_model=FindIn,
-        output_model=FindOut,
-        handler=remote_find,
-        **REMOTE_READ,
-    ),
-    ToolSpec(
-        name="remote_grep",
-        title="Search remote files",
-        description="Lines matching a Python regular expression in the files under a path (include/exclude "
-        "globs, context lines, line numbers); binary files are skipped and listed; matches and bytes are "
-        "bounded (truncated). Needs the agent.",
-        input_model=GrepIn,
-        output_model=GrepOut,
-        handler=remote_grep,
-        render=_render_grep,
-        **REMOTE_READ,
-    ),
-]
