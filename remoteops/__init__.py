@@ -68,6 +68,14 @@ from remoteops.files.models import (
 )
 from remoteops.files.operations import PathArg, RemoteFiles
 from remoteops.files.patch import Hunk, HunkResult, PatchResult
+from remoteops.files.requests import (
+    FileMode,
+    GrepContext,
+    MatchCount,
+    Sha256Hex,
+    TreeDepth,
+    check_bytes_or_lines,
+)
 from remoteops.forwards.errors import ForwardConflict, ForwardError, ForwardNotFound, ForwardStartFailed
 from remoteops.forwards.manager import ForwardManager
 from remoteops.forwards.models import (
@@ -90,6 +98,7 @@ from remoteops.privilege.models import (
     ProviderAttempt,
     ProviderName,
 )
+from remoteops.requests import CommandRequest, RequestModel, TargetName, check_time_limit
 from remoteops.sessions.manager import RemoteSessions
 from remoteops.sessions.models import (
     KeyName,
@@ -163,6 +172,7 @@ __all__ = [
     "CarrierState",
     "ChecksumMismatch",
     "Collection",
+    "CommandRequest",
     "CommandTimeout",
     "ConnectError",
     "ConnectReason",
@@ -177,6 +187,7 @@ __all__ = [
     "FileContent",
     "FileInfo",
     "FileKind",
+    "FileMode",
     "FileNotFound",
     "FileRequestInvalid",
     "ForwardCheck",
@@ -193,6 +204,7 @@ __all__ = [
     "ForwardStartFailed",
     "ForwardView",
     "FreeSpaceFloor",
+    "GrepContext",
     "GrepMatch",
     "GrepResult",
     "GrepSkipped",
@@ -207,6 +219,7 @@ __all__ = [
     "ListError",
     "ListResult",
     "LocalPathDenied",
+    "MatchCount",
     "MissingCapability",
     "MkdirResult",
     "MoveResult",
@@ -235,6 +248,7 @@ __all__ = [
     "RemoteShellError",
     "RemoteTasks",
     "RenderedCommand",
+    "RequestModel",
     "SecretRequest",
     "SecretRequired",
     "SecretSource",
@@ -257,6 +271,7 @@ __all__ = [
     "SessionView",
     "SessionWaitOutcome",
     "SessionWaitResult",
+    "Sha256Hex",
     "StateForwardStore",
     "StateProblem",
     "StateStore",
@@ -264,6 +279,7 @@ __all__ = [
     "SyncResult",
     "TargetIdentity",
     "TargetInfo",
+    "TargetName",
     "TargetSpec",
     "TaskCancelResult",
     "TaskCapabilityMissing",
@@ -291,11 +307,14 @@ __all__ = [
     "TransportLost",
     "TransportSettings",
     "TransportStats",
+    "TreeDepth",
     "UnknownTarget",
     "UnresolvedHost",
     "WaitOutcome",
     "WriteResult",
     "atomic_write",
+    "check_bytes_or_lines",
+    "check_time_limit",
     "permission_denial",
     "render_command",
     "supervised_child",

@@ -427,6 +427,17 @@ PUBLIC = {
         "SecretSource",
         "permission_denial",
         "supervised_child",  # the gateway's askpass command runs as a supervised child too
+        # request models and argument rules (issue 31): the gateway's tool arguments reuse them
+        "CommandRequest",
+        "RequestModel",
+        "TargetName",
+        "check_bytes_or_lines",
+        "check_time_limit",
+        "FileMode",
+        "GrepContext",
+        "MatchCount",
+        "Sha256Hex",
+        "TreeDepth",
     },
 }
 

@@ -20,11 +20,14 @@ from gateway.tools._registry import CHANGE, READ, TEARDOWN, ToolGroup
 from gateway.tools.files_paths import NEEDS_AGENT, PathIn, TargetName, b64_argument
 from remoteops import (
     DeleteResult,
+    FileMode,
     Hunk,
     ListResult,
     MkdirResult,
     MoveResult,
     PatchResult,
+    Sha256Hex,
+    TreeDepth,
     WriteResult,
 )
 
@@ -36,14 +39,14 @@ _tools = ToolGroup(CHANGE)
 class WriteIn(PathIn):
     content: str = Field(description="The new content, encoded as encoding says.")
     encoding: Literal["utf-8", "base64"] = "utf-8"
-    mode: int | None = Field(
-        None, ge=0, le=0o7777, description="Permission bits as a number (e.g. 420 = 0o644), set exactly "
+    mode: FileMode | None = Field(
+        None, description="Permission bits as a number (e.g. 420 = 0o644), set exactly "
         "(setuid/setgid/sticky included, no umask); default: an existing file keeps its mode, a new one "
         "gets the umask's default.",
     )  # fmt: skip
     if_exists: Literal["overwrite", "fail"] = "overwrite"
-    expected_sha256: str | None = Field(
-        None, pattern=r"^[0-9a-f]{64}$", description="Refuse (conflict) unless the file's current SHA-256 "
+    expected_sha256: Sha256Hex | None = Field(
+        None, description="Refuse (conflict) unless the file's current SHA-256 "
         "is this (read it with remote_read or remote_stat first).",
     )  # fmt: skip
 
@@ -65,8 +68,8 @@ class HunkIn(Input):
 
 class PatchIn(PathIn):
     hunks: list[HunkIn] = Field(min_length=1, max_length=200, description="Applied in order.")
-    expected_sha256: str | None = Field(
-        None, pattern=r"^[0-9a-f]{64}$", description="Refuse (conflict) unless the file's SHA-256 is this."
+    expected_sha256: Sha256Hex | None = Field(
+        None, description="Refuse (conflict) unless the file's SHA-256 is this."
     )
 
 
@@ -75,7 +78,7 @@ class PatchOut(PatchResult):
 
 
 class ListIn(PathIn):
-    depth: int = Field(1, ge=1, le=64, description="1: the directory's entries; 2: and theirs, ...")
+    depth: TreeDepth = Field(1, description="1: the directory's entries; 2: and theirs, ...")
     limit: int = Field(1000, ge=1, le=10_000, description="At most this many entries (truncated says more).")
     hidden: bool = Field(False, description="Include names starting with a dot.")
 
@@ -86,8 +89,8 @@ class ListOut(ListResult):
 
 class MkdirIn(PathIn):
     parents: bool = Field(False, description="Create missing parents; an existing directory is fine.")
-    mode: int | None = Field(
-        None, ge=0, le=0o7777, description="Permission bits as a number (e.g. 1533 = 0o2775): the new "
+    mode: FileMode | None = Field(
+        None, description="Permission bits as a number (e.g. 1533 = 0o2775): the new "
         "directory gets exactly this mode, setgid/setuid/sticky included and the umask not applied, like "
         "mkdir -m. Default: 0o777 less the umask. Missing parents get the default; an existing directory "
         "is left as it is.",

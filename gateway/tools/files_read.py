@@ -19,7 +19,7 @@ from gateway._errors import ErrorCode, ToolFailure
 from gateway.tools._base import Output
 from gateway.tools._registry import READ, ToolGroup
 from gateway.tools.files_paths import NEEDS_AGENT, PathIn
-from remoteops import FileInfo
+from remoteops import FileInfo, check_bytes_or_lines
 
 __all__ = ["SPECS"]
 
@@ -58,9 +58,8 @@ class ReadIn(PathIn):
     @field_validator("start_line", "line_count")
     @classmethod
     def _bytes_or_lines(cls, value: int | None, info: ValidationInfo) -> int | None:
-        given = [name for name in ("offset", "length") if info.data.get(name) is not None]
-        if value is not None and given:
-            raise ValueError(f"{info.field_name} cannot be combined with {given[0]}: read bytes or lines")
+        start_line, line_count = (value, None) if info.field_name == "start_line" else (None, value)
+        check_bytes_or_lines(info.data.get("offset"), info.data.get("length"), start_line, line_count)
         return value
 
 

@@ -9,7 +9,7 @@ from pydantic import Field
 from gateway._context import ToolContext
 from gateway.tools._registry import READ, ToolGroup
 from gateway.tools.files_paths import PathIn
-from remoteops import GrepResult, ListResult
+from remoteops import GrepContext, GrepResult, ListResult, MatchCount, TreeDepth
 
 __all__ = ["SPECS"]
 
@@ -26,7 +26,7 @@ class FindIn(PathIn):
     max_size: int | None = Field(None, ge=0, description="Only entries of at most this many bytes.")
     mtime_min: float | None = Field(None, description="Only entries modified at or after (epoch seconds).")
     mtime_max: float | None = Field(None, description="Only entries modified at or before (epoch seconds).")
-    depth: int = Field(64, ge=1, le=64, description="How deep to descend (1: the directory's entries).")
+    depth: TreeDepth = Field(64, description="How deep to descend (1: the directory's entries).")
     limit: int = Field(1000, ge=1, le=10_000, description="At most this many results (truncated says more).")
     hidden: bool = Field(True, description="Include names starting with a dot.")
 
@@ -40,9 +40,9 @@ class GrepIn(PathIn):
     include: list[str] = Field(default_factory=list, description="Only files whose base name matches one.")
     exclude: list[str] = Field(default_factory=list, description="Skip files whose base name matches one.")
     ignore_case: bool = False
-    context: int = Field(0, ge=0, le=20, description="Lines of context before and after each match.")
-    depth: int = Field(64, ge=1, le=64)
-    max_matches: int = Field(200, ge=1, le=10_000)
+    context: GrepContext = Field(0, description="Lines of context before and after each match.")
+    depth: TreeDepth = 64
+    max_matches: MatchCount = 200
     hidden: bool = Field(False, description="Search names starting with a dot too.")
 
 

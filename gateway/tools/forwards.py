@@ -8,7 +8,7 @@ from typing import Self
 from pydantic import Field, field_validator, model_validator
 
 from gateway._context import ToolContext
-from gateway.tools._base import Input, Output
+from gateway.tools._base import Input, Output, TargetName
 from gateway.tools._registry import CHANGE, READ, TEARDOWN, ToolGroup
 from remoteops import ForwardClosed, ForwardCreated, ForwardKind, ForwardSpec, ForwardView
 
@@ -24,7 +24,7 @@ _ID = re.compile(r"^fwd-[0-9a-f]{12}$")
 
 
 class CreateIn(Input):
-    target: str = Field(min_length=1, max_length=128, description="A configured target name.")
+    target: TargetName
     kind: ForwardKind = Field(
         description="local (-L: listen here, the target connects to dest), remote (-R: listen on the "
         "target, this side connects to dest), dynamic (-D: a SOCKS5 proxy here, exits via the target)."

@@ -10,9 +10,9 @@ from pydantic import Field
 
 from gateway._context import ToolContext
 from gateway._errors import ErrorCode, ToolFailure
-from gateway.tools._base import CommandIn, Input, Output, TargetName
+from gateway.tools._base import Input, Output, TargetName
 from gateway.tools._registry import CHANGE, READ, ToolGroup
-from remoteops import Capabilities, DiagnoseReport, ExecResult, TargetInfo
+from remoteops import Capabilities, CommandRequest, DiagnoseReport, ExecResult, TargetInfo
 
 __all__ = ["SPECS", "ExecIn", "render_exec"]
 
@@ -36,7 +36,7 @@ class TargetListOut(Output):
     targets: list[TargetInfo]
 
 
-class ExecIn(CommandIn):
+class ExecIn(CommandRequest):
     stdin: str | None = Field(None, description="Data for the command's stdin.")
     stdin_encoding: Literal["text", "base64"] = "text"
     timeout_s: float | None = Field(
@@ -133,13 +133,7 @@ async def target_diagnose(ctx: ToolContext, args: TargetIn) -> DiagnoseReport:
     render=render_exec,
 )
 async def remote_exec(ctx: ToolContext, args: ExecIn) -> ExecResult:
-    ceiling = ctx.runtime.settings.transport.exec_timeout_max_s
-    if args.timeout_s is not None and args.timeout_s > ceiling:
-        raise ToolFailure(
-            ErrorCode.VALIDATION_ERROR,
-            f"timeout_s {args.timeout_s} exceeds the configured ceiling {ceiling}",
-            details={"limit_s": ceiling},
-        )
+    # a timeout_s above transport.exec_timeout_max_s is remoteops' InvalidRequest (validation_error)
     return await ctx.runtime.remote.run(
         args.target,
         args.argv,

@@ -51,13 +51,6 @@ async def remote_root_exec(ctx: ToolContext, args: RootExecIn) -> ExecResult:
             f"target {args.target!r} is not in the root allow-list (root.targets); nothing was connected",
             details={"target": args.target, "reason": "not_root_allowed"},
         )
-    ceiling = settings.transport.exec_timeout_max_s
-    if args.timeout_s is not None and args.timeout_s > ceiling:
-        raise ToolFailure(
-            ErrorCode.VALIDATION_ERROR,
-            f"timeout_s {args.timeout_s} exceeds the configured ceiling {ceiling}",
-            details={"limit_s": ceiling},
-        )
     source = ctx.runtime.secrets.source(ctx.principal, ctx.elicitor, ctx.resume)
     try:
         result = await ctx.runtime.remote.run(

@@ -18,7 +18,7 @@ from pydantic import BaseModel, Field
 
 from gateway._context import ToolContext
 from gateway._errors import ErrorCode, ToolFailure
-from gateway.tools._base import Input
+from gateway.tools._base import Input, TargetName
 from gateway.tools._registry import CHANGE, ToolGroup
 from remoteops import (
     Leftover,
@@ -27,6 +27,7 @@ from remoteops import (
     TransferHooks,
     TransferOptions,
     TransferResult,
+    check_time_limit,
 )
 
 __all__ = ["SPECS"]
@@ -42,7 +43,6 @@ _tools = ToolGroup(CHANGE, unavailable=_no_roots)
 SPECS = _tools.specs
 ResultT = TypeVar("ResultT", bound=BaseModel)
 
-TargetName = Annotated[str, Field(min_length=1, max_length=128, description="A configured target name.")]
 LocalPath = Annotated[
     str,
     Field(
@@ -104,13 +104,7 @@ class SyncIn(Input):
 def _limit(ctx: ToolContext, requested: float | None) -> float:
     settings = ctx.runtime.settings.transfers
     limit = settings.time_limit_default_s if requested is None else requested
-    if limit > settings.time_limit_max_s:
-        raise ToolFailure(
-            ErrorCode.VALIDATION_ERROR,
-            f"timeout_s {limit} exceeds the configured ceiling {settings.time_limit_max_s}",
-            details={"limit_s": settings.time_limit_max_s},
-        )
-    return limit
+    return check_time_limit(limit, settings.time_limit_max_s)
 
 
 async def _supervise(

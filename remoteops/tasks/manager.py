@@ -47,6 +47,7 @@ from remoteops._errors import (
 from remoteops._ops import RemoteOps
 from remoteops._settings import TransportSettings
 from remoteops._state import Collection, StateStore
+from remoteops.requests import check_pattern_line, check_time_limit
 from remoteops.tasks.models import (
     FINISHED,
     CancelStep,
@@ -275,15 +276,10 @@ class RemoteTasks:
         ``since`` (default: output that appears after the call), or ``timeout_s`` passes."""
         record = self._get(task_id)
         s = self._settings
-        bound = s.wait_default_s if timeout_s is None else timeout_s
-        if not 0 <= bound <= s.wait_max_s:
-            raise InvalidRequest(
-                target=record.target, field="timeout_s", reason=f"must be in [0, {s.wait_max_s}] seconds"
-            )
-        if pattern is not None and (not pattern or "\n" in pattern or "\0" in pattern):
-            raise InvalidRequest(
-                target=record.target, field="pattern", reason="must be one non-empty line without NUL"
-            )
+        wanted = s.wait_default_s if timeout_s is None else timeout_s
+        bound = check_time_limit(wanted, s.wait_max_s, zero_ok=True, target=record.target)
+        if pattern is not None:
+            check_pattern_line(pattern, target=record.target)
         started = time.monotonic()
 
         def result(rec: TaskRecord, outcome: WaitOutcome, matched: str | None = None) -> TaskWaitResult:
