@@ -20,6 +20,7 @@ from remoteops import (
     SessionState,
     SessionView,
     SessionWaitResult,
+    check_time_limit,
 )
 
 __all__ = ["SPECS"]
@@ -208,7 +209,9 @@ async def session_read(ctx: ToolContext, args: SessionReadIn) -> SessionRead:
     render=_render_wait,
 )
 async def session_wait_for(ctx: ToolContext, args: SessionWaitIn) -> SessionWaitResult:
-    # timeout_s above sessions.wait_max_s, a pattern that is not one line: remoteops' InvalidRequest
+    if args.timeout_s is not None:  # refused before the session is looked up (remoteops checks it again)
+        check_time_limit(args.timeout_s, ctx.runtime.settings.sessions.wait_max_s, zero_ok=True)
+    # a pattern that is not one line: remoteops' InvalidRequest
 
     async def progress(size: int) -> None:
         await ctx.report_progress(float(size), None, f"{size} bytes of output so far")

@@ -17,6 +17,7 @@ from remoteops import (
     TaskState,
     TaskStream,
     TaskWaitResult,
+    check_time_limit,
 )
 
 __all__ = ["SPECS"]
@@ -182,8 +183,9 @@ async def task_output(ctx: ToolContext, args: TaskOutputIn) -> TaskOutput:
     render=_render_wait,
 )
 async def task_wait(ctx: ToolContext, args: TaskWaitIn) -> TaskWaitResult:
-    _own(ctx, "task_wait", args.task_id)
-    # timeout_s above tasks.wait_max_s, a pattern that is not one line: remoteops' InvalidRequest
+    if args.timeout_s is not None:  # refused before the task is looked up (remoteops checks it again)
+        check_time_limit(args.timeout_s, ctx.runtime.settings.tasks.wait_max_s, zero_ok=True)
+    _own(ctx, "task_wait", args.task_id)  # a pattern that is not one line: remoteops' InvalidRequest
 
     async def progress(size: int) -> None:
         await ctx.report_progress(float(size), None, f"{size} bytes of output so far")
