@@ -3,44 +3,27 @@
 from __future__ import annotations
 
 import re
-from typing import Self
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, field_validator
 
 from gateway._context import ToolContext
-from gateway.tools._base import Input, Output, TargetName
+from gateway.tools._base import Input, Output
 from gateway.tools._registry import CHANGE, READ, TEARDOWN, ToolGroup
-from remoteops import ForwardClosed, ForwardCreated, ForwardKind, ForwardSpec, ForwardView
+from remoteops import ForwardClosed, ForwardCreated, ForwardSpec, ForwardView
 
 __all__ = ["SPECS"]
 
 _tools = ToolGroup(READ)
 SPECS = _tools.specs
 
-# Checked by validators rather than schema ``pattern``s (one place, and the schema stays plain JSON Schema).
-_ADDRESS = re.compile(r"^[A-Za-z0-9.:\[\]_-]+$")
+# Checked by a validator rather than a schema ``pattern`` (the schema stays plain JSON Schema).
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 _ID = re.compile(r"^fwd-[0-9a-f]{12}$")
 
 
-class CreateIn(Input):
-    target: TargetName
-    kind: ForwardKind = Field(
-        description="local (-L: listen here, the target connects to dest), remote (-R: listen on the "
-        "target, this side connects to dest), dynamic (-D: a SOCKS5 proxy here, exits via the target)."
-    )
-    bind_address: str = Field(
-        "127.0.0.1",
-        min_length=1,
-        max_length=255,
-        description="Listen address (this side for local/dynamic, the target for remote). Loopback unless "
-        "the operator allowed another in forwards.allowed_bind_addresses.",
-    )
-    bind_port: int | None = Field(None, ge=1, le=65535, description="Listen port; omitted: a free one.")
-    dest_host: str | None = Field(
-        None, min_length=1, max_length=255, description="Destination host (local/remote forwards)."
-    )
-    dest_port: int | None = Field(None, ge=1, le=65535)
+# remoteops' forward request (target, kind, addresses, ports: checked there), and a name. No docstring:
+# it would become the published schema's description.
+class CreateIn(ForwardSpec):
     name: str | None = Field(
         None,
         min_length=1,
@@ -49,28 +32,12 @@ class CreateIn(Input):
         "(reused: true); the same name with another specification is a conflict.",
     )
 
-    @field_validator("bind_address", "dest_host")
-    @classmethod
-    def _address(cls, value: str | None) -> str | None:
-        if value is not None and not _ADDRESS.match(value):
-            raise ValueError("must be a host name or an IP address")
-        return value
-
     @field_validator("name")
     @classmethod
     def _name(cls, value: str | None) -> str | None:
         if value is not None and not _NAME.match(value):
             raise ValueError("letters, digits, '_', '.', '-'; starting with a letter or digit")
         return value
-
-    @model_validator(mode="after")
-    def _destination(self) -> Self:
-        has_dest = self.dest_host is not None or self.dest_port is not None
-        if self.kind == "dynamic" and has_dest:
-            raise ValueError("a dynamic (SOCKS) forward takes no dest_host/dest_port")
-        if self.kind != "dynamic" and (self.dest_host is None or self.dest_port is None):
-            raise ValueError(f"a {self.kind} forward needs dest_host and dest_port")
-        return self
 
 
 class ForwardIdIn(Input):
