@@ -438,6 +438,8 @@ PUBLIC = {
         "MatchCount",
         "Sha256Hex",
         "TreeDepth",
+        "SessionName",
+        "TaskId",
     },
 }
 

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Annotated
-
 from pydantic import Field
 
 from gateway._context import ToolContext
@@ -15,6 +13,7 @@ from remoteops import (
     SessionCloseResult,
     SessionEnsureResult,
     SessionInfo,
+    SessionName,
     SessionRead,
     SessionSendResult,
     SessionState,
@@ -27,14 +26,6 @@ __all__ = ["SPECS"]
 
 _tools = ToolGroup(READ)
 SPECS = _tools.specs
-
-SessionName = Annotated[
-    str,
-    Field(
-        pattern=r"^[a-z0-9][a-z0-9_-]{0,62}$",
-        description="Session name: lower-case letters, digits, _ and -, at most 63 characters.",
-    ),
-]
 
 
 class SessionIn(Input):

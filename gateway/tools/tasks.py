@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Literal, Self
+from typing import Literal, Self
 
 from pydantic import Field, model_validator
 
@@ -12,6 +12,7 @@ from gateway.tools._registry import CHANGE, READ, TEARDOWN, ToolGroup
 from remoteops import (
     CommandRequest,
     TaskCancelResult,
+    TaskId,
     TaskInfo,
     TaskOutput,
     TaskState,
@@ -24,10 +25,6 @@ __all__ = ["SPECS"]
 
 _tools = ToolGroup(READ)
 SPECS = _tools.specs
-
-TaskId = Annotated[
-    str, Field(pattern=r"^t-[0-9a-f]{16}$", description="A task ID as returned by task_start.")
-]
 
 
 class TaskStartIn(CommandRequest):

@@ -50,6 +50,7 @@ from remoteops._state import Collection, StateStore
 from remoteops.requests import check_pattern_line, check_time_limit
 from remoteops.tasks.models import (
     FINISHED,
+    TASK_ID_PATTERN,
     CancelStep,
     TaskCancelResult,
     TaskConflict,
@@ -72,7 +73,7 @@ from remoteops.tasks.wire import Seen, TaskWire, base64_read_cap, decode_text_pr
 __all__ = ["TASKS", "RemoteTasks"]
 
 TASKS: Collection[TaskRecord] = Collection("tasks", TaskRecord, version=1)
-TASK_ID = re.compile(r"^t-[0-9a-f]{16}$")
+TASK_ID = re.compile(TASK_ID_PATTERN)
 ProgressFn = Callable[[int], Awaitable[None]]
 
 _SIGNALS = {int(s): s.name for s in _signal.Signals}

@@ -11,19 +11,21 @@ Errors (subclasses of :class:`remoteops.RemoteOpsError`)::
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from remoteops._errors import RemoteOpsError
 
 __all__ = [
+    "TASK_ID_PATTERN",
     "CancelStep",
     "TaskCancelResult",
     "TaskCapabilityMissing",
     "TaskConflict",
     "TaskError",
     "TaskHealth",
+    "TaskId",
     "TaskInfo",
     "TaskMode",
     "TaskNotFound",
@@ -36,6 +38,10 @@ __all__ = [
     "TaskWaitResult",
     "WaitOutcome",
 ]
+
+TASK_ID_PATTERN = r"^t-[0-9a-f]{16}$"
+TaskId = Annotated[str, Field(pattern=TASK_ID_PATTERN, description="A task ID as returned by task_start.")]
+"""A task's ID (it also names the task's directory on the target)."""
 
 TaskState = Literal["starting", "running", "exited", "cancelled", "lost", "failed"]
 FINISHED: frozenset[str] = frozenset({"exited", "cancelled", "lost", "failed"})
@@ -76,7 +82,7 @@ class TaskRecord(BaseModel):
 
     model_config = _FROZEN
 
-    id: str = Field(pattern=r"^t-[0-9a-f]{16}$")  # also names a directory that retention removes
+    id: TaskId  # also names a directory that retention removes
     target: str
     argv: tuple[str, ...] | None = None
     shell: str | None = None
