@@ -4,6 +4,10 @@ A :class:`ToolSpec` carries name, title, description, input and output models, t
 hints and its toolset. :func:`build_catalog` applies the operator's choice (toolsets, extra tools,
 excluded tools) and fails closed: a tool without a valid toolset, or an unknown toolset or tool name in
 the configuration, stops startup with a clear message.
+
+This module is the bottom of the gateway's tool layer: it knows neither the handlers' context
+(``gateway._context``) nor the runtime (``gateway._runtime``, which builds a :class:`Catalog`). A spec is
+generic in the context its handler takes; the tools bind it (``gateway.tools._registry``).
 """
 
 from __future__ import annotations
@@ -11,17 +15,14 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import TYPE_CHECKING, Any, Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 import mcp_types as types
 from pydantic import BaseModel
 
 from gateway._errors import ConfigError
 
-if TYPE_CHECKING:
-    from gateway._context import ToolContext
-
-__all__ = ["REMOTE_READ", "AnySpec", "Catalog", "ToolSpec", "Toolset", "build_catalog"]
+__all__ = ["AnySpec", "Catalog", "ToolSpec", "Toolset", "build_catalog"]
 
 
 class Toolset(StrEnum):
@@ -39,21 +40,13 @@ class Toolset(StrEnum):
     """Tools relayed from upstream MCP servers (gated per name in each upstream's configuration)."""
 
 
-REMOTE_READ: dict[str, Any] = {
-    "toolset": Toolset.INSPECT,
-    "read_only": True,
-    "destructive": False,
-    "idempotent": True,
-    "open_world": True,
-}
-"""The classification of a tool that only reads from a target (``ToolSpec(..., **REMOTE_READ)``)."""
-
+CtxT = TypeVar("CtxT")
 InT = TypeVar("InT", bound=BaseModel)
 OutT = TypeVar("OutT", bound=BaseModel)
 
 
 @dataclass(frozen=True)
-class ToolSpec(Generic[InT, OutT]):
+class ToolSpec(Generic[CtxT, InT, OutT]):
     name: str
     title: str
     description: str
@@ -64,7 +57,7 @@ class ToolSpec(Generic[InT, OutT]):
     destructive: bool
     idempotent: bool
     open_world: bool
-    handler: Callable[[ToolContext, InT], Awaitable[OutT]]
+    handler: Callable[[CtxT, InT], Awaitable[OutT]]
     render: Callable[[OutT], str] = field(default=lambda out: out.model_dump_json(indent=None))
     """Short text rendering placed in ``content`` next to ``structuredContent``."""
     unavailable: Callable[[Any], str | None] | None = None
@@ -87,7 +80,7 @@ class ToolSpec(Generic[InT, OutT]):
         )
 
 
-AnySpec = ToolSpec[Any, Any]
+AnySpec = ToolSpec[Any, Any, Any]
 
 
 @dataclass(frozen=True)

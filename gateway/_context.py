@@ -1,17 +1,18 @@
 """What a tool adapter receives: the runtime plus who is calling (and what the policy lets them reach) and
-how to report progress."""
+how to report progress.
+
+Above ``gateway._runtime`` (which builds the catalog of ``gateway._catalog``) and below the tools and the
+dispatcher: a handler's context is this, the catalog does not need to know it."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from gateway._runtime import Runtime
 from gateway.auth.policy import Policy, Principal
+from gateway.secrets.broker import Resume, UrlElicitor
 from upstream import ProgressCallback
-
-if TYPE_CHECKING:
-    from gateway._runtime import Runtime
-    from gateway.secrets.broker import Resume, UrlElicitor
 
 __all__ = ["ToolContext"]
 

@@ -18,7 +18,7 @@ import dataclasses
 import json
 import time
 import uuid
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import mcp_types as types
 import structlog
@@ -30,13 +30,11 @@ from gateway._context import ToolContext
 from gateway._errmap import translate
 from gateway._errors import ErrorCode, ToolFailure
 from gateway._redact import Redactor
+from gateway._runtime import Runtime
 from gateway.auth.policy import Policy, Principal
 from gateway.secrets.broker import INPUT_KEY, Resume, UrlElicitor
 from remoteops import SecretRequired
 from upstream import ElicitCallback, ProgressCallback, UpstreamRejected
-
-if TYPE_CHECKING:
-    from gateway._runtime import Runtime
 
 __all__ = [
     "ERROR_META_KEY",

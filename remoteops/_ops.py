@@ -24,7 +24,7 @@ from remoteops._models import (
     TargetInfo,
     TransportStats,
 )
-from remoteops._render import format_seconds, validate_request
+from remoteops._render import validate_request
 from remoteops._settings import TargetSpec, TransportSettings
 from remoteops.agent.carrier import AgentCarrier
 from remoteops.agent.channel import AgentRefused
@@ -32,6 +32,7 @@ from remoteops.files.operations import RemoteFiles
 from remoteops.files.wire import failure as agent_refusal
 from remoteops.privilege.escalator import Escalator, SecretSource, permission_denial, report
 from remoteops.privilege.models import PrivilegeMode, PrivilegeReport, PrivilegeSettings, ProviderAttempt
+from remoteops.requests import check_time_limit, command_words
 from remoteops.ssh.carrier import SshProcessCarrier
 from remoteops.ssh.master import Master
 from remoteops.ssh.pool import MasterPool
@@ -229,16 +230,9 @@ class RemoteOps:
     ) -> tuple[RawExec, PrivilegeReport | None]:
         spec = self.target(target)
         pool, carrier = self._ready()
-        if (argv is None) == (shell is None):
-            raise InvalidRequest(target=target, field="argv", reason="give exactly one of argv or shell")
-        words = ("sh", "-c", shell) if shell is not None else tuple(argv or ())
+        words = command_words(argv, shell, target=target)
         limit = self._settings.exec_timeout_default_s if timeout_s is None else timeout_s
-        if not 0 < limit <= self._settings.exec_timeout_max_s:
-            raise InvalidRequest(
-                target=target,
-                field="timeout_s",
-                reason=f"must be in (0, {format_seconds(self._settings.exec_timeout_max_s)}] seconds",
-            )
+        check_time_limit(limit, self._settings.exec_timeout_max_s, target=target)
         try:
             validate_request(words, cwd, env)
         except InvalidRequest as exc:

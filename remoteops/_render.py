@@ -35,6 +35,7 @@ from dataclasses import dataclass
 
 from remoteops._errors import InvalidRequest
 from remoteops.privilege.wire import Escalation
+from remoteops.requests import check_argv, check_env, check_text
 
 __all__ = [
     "MARKER_ALLOWANCE",
@@ -50,7 +51,6 @@ __all__ = [
     "validate_request",
 ]
 
-ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 MARKER_ALLOWANCE = 64  # bytes the two markers may take on stderr
 # Linux MAX_ARG_STRLEN (128 KiB incl. the NUL): the text is one argv word of the local ssh client and of
 # the target's ``shell -c``; a longer one fails with E2BIG before anything runs.
@@ -134,33 +134,11 @@ def format_seconds(value: float) -> str:
     return text or "0"
 
 
-def _shown(name: str) -> str:
-    return ascii(name)[1:-1][:64]  # a bounded, printable rendering of an arbitrary name
-
-
-def _check_text(field: str, value: str) -> None:
-    if "\0" in value:
-        raise InvalidRequest(field=field, reason="contains a NUL byte")
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError:
-        raise InvalidRequest(field=field, reason="is not valid UTF-8 (lone surrogate)") from None
-
-
 def validate_env(env: Mapping[str, str] | None) -> list[str]:
     """Return ``NAME=value`` words; names must match ``^[A-Za-z_][A-Za-z0-9_]*$``, values hold no NUL.
 
     Raises :class:`InvalidRequest` (``field="env.NAME"``)."""
-    words: list[str] = []
-    for name, value in (env or {}).items():
-        if not ENV_NAME.fullmatch(name):
-            raise InvalidRequest(
-                field=f"env.{_shown(name)}",
-                reason="invalid environment variable name (must match [A-Za-z_][A-Za-z0-9_]*)",
-            )
-        _check_text(f"env.{name}", value)
-        words.append(f"{name}={value}")
-    return words
+    return [f"{name}={value}" for name, value in check_env(env).items()]
 
 
 @dataclass(frozen=True)
@@ -197,14 +175,9 @@ def render_command(
     Input that cannot be run as given (empty argv or program name, a NUL byte or lone surrogate in an argv
     word, env name/value or cwd, a command line longer than ``MAX_COMMAND_BYTES``) raises
     :class:`InvalidRequest` naming the field."""
-    if not argv:
-        raise InvalidRequest(field="argv", reason="must not be empty")
-    if argv[0] == "":
-        raise InvalidRequest(field="argv[0]", reason="the program name must not be empty")
-    for index, word in enumerate(argv):
-        _check_text(f"argv[{index}]", word)
+    check_argv(argv)
     if cwd is not None:
-        _check_text("cwd", cwd)
+        check_text("cwd", cwd)
     if not time_limit_s >= _MIN_LIMIT_S:  # also NaN; a smaller limit renders as "0": `timeout` reads "none"
         raise InvalidRequest(field="time_limit_s", reason=f"must be at least {_MIN_LIMIT_S} s")
     env_words = validate_env(env)

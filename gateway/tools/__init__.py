@@ -3,6 +3,7 @@
 Modules:
 
 - ``_base`` — shared pieces of the adapters: the strict input base model.
+- ``_registry`` — tool declarations next to their handlers (``@group.tool(...)``), one group per module.
 - ``health`` — ``gateway_health``: what the gateway is, what it serves, how its parts are doing.
 - ``remote`` — targets and ``remote_exec``.
 - ``root`` — ``remote_root_exec``: ``remote_exec`` as root, on the root allow-list only.
@@ -18,15 +19,13 @@ Modules:
 
 from __future__ import annotations
 
-from typing import Any
-
-from gateway._catalog import ToolSpec
+from gateway._catalog import AnySpec
 from gateway.tools import files, files_search, forwards, health, remote, root, sessions, tasks, transfers
 
 __all__ = ["all_specs"]
 
 
-def all_specs() -> list[ToolSpec[Any, Any]]:
+def all_specs() -> list[AnySpec]:
     """Every own tool, in catalog order."""
     return [
         *health.SPECS,

@@ -8,48 +8,45 @@ reads (``files_read``: byte ranges or lines) are capped at the transport's outpu
 
 from __future__ import annotations
 
-from typing import Any, Literal, Self
+from typing import Literal, Self
 
 from pydantic import Field, model_validator
 
-from gateway._catalog import REMOTE_READ, Toolset, ToolSpec
+from gateway._catalog import AnySpec
 from gateway._context import ToolContext
+from gateway.tools import files_read
 from gateway.tools._base import Input
+from gateway.tools._registry import CHANGE, READ, TEARDOWN, ToolGroup
 from gateway.tools.files_paths import NEEDS_AGENT, PathIn, TargetName, b64_argument
-from gateway.tools.files_read import READ_SPEC
 from remoteops import (
     DeleteResult,
-    FileInfo,
+    FileMode,
     Hunk,
     ListResult,
     MkdirResult,
     MoveResult,
     PatchResult,
+    Sha256Hex,
+    TreeDepth,
     WriteResult,
 )
 
 __all__ = ["SPECS"]
 
-
-class StatIn(PathIn):
-    sha256: bool = Field(
-        False, description="Also compute the SHA-256 of a regular file's content (a file that cannot be "
-        "read still gets its metadata: sha256 null, sha256_error permission_denied).",
-    )  # fmt: skip
-    follow: bool = Field(False, description="Describe what a symlink points to instead of the link.")
+_tools = ToolGroup(CHANGE)
 
 
 class WriteIn(PathIn):
     content: str = Field(description="The new content, encoded as encoding says.")
     encoding: Literal["utf-8", "base64"] = "utf-8"
-    mode: int | None = Field(
-        None, ge=0, le=0o7777, description="Permission bits as a number (e.g. 420 = 0o644), set exactly "
+    mode: FileMode | None = Field(
+        None, description="Permission bits as a number (e.g. 420 = 0o644), set exactly "
         "(setuid/setgid/sticky included, no umask); default: an existing file keeps its mode, a new one "
         "gets the umask's default.",
     )  # fmt: skip
     if_exists: Literal["overwrite", "fail"] = "overwrite"
-    expected_sha256: str | None = Field(
-        None, pattern=r"^[0-9a-f]{64}$", description="Refuse (conflict) unless the file's current SHA-256 "
+    expected_sha256: Sha256Hex | None = Field(
+        None, description="Refuse (conflict) unless the file's current SHA-256 "
         "is this (read it with remote_read or remote_stat first).",
     )  # fmt: skip
 
@@ -71,8 +68,8 @@ class HunkIn(Input):
 
 class PatchIn(PathIn):
     hunks: list[HunkIn] = Field(min_length=1, max_length=200, description="Applied in order.")
-    expected_sha256: str | None = Field(
-        None, pattern=r"^[0-9a-f]{64}$", description="Refuse (conflict) unless the file's SHA-256 is this."
+    expected_sha256: Sha256Hex | None = Field(
+        None, description="Refuse (conflict) unless the file's SHA-256 is this."
     )
 
 
@@ -81,7 +78,7 @@ class PatchOut(PatchResult):
 
 
 class ListIn(PathIn):
-    depth: int = Field(1, ge=1, le=64, description="1: the directory's entries; 2: and theirs, ...")
+    depth: TreeDepth = Field(1, description="1: the directory's entries; 2: and theirs, ...")
     limit: int = Field(1000, ge=1, le=10_000, description="At most this many entries (truncated says more).")
     hidden: bool = Field(False, description="Include names starting with a dot.")
 
@@ -90,14 +87,10 @@ class ListOut(ListResult):
     target: str
 
 
-class StatOut(FileInfo):
-    target: str
-
-
 class MkdirIn(PathIn):
     parents: bool = Field(False, description="Create missing parents; an existing directory is fine.")
-    mode: int | None = Field(
-        None, ge=0, le=0o7777, description="Permission bits as a number (e.g. 1533 = 0o2775): the new "
+    mode: FileMode | None = Field(
+        None, description="Permission bits as a number (e.g. 1533 = 0o2775): the new "
         "directory gets exactly this mode, setgid/setuid/sticky included and the umask not applied, like "
         "mkdir -m. Default: 0o777 less the umask. Missing parents get the default; an existing directory "
         "is left as it is.",
@@ -137,13 +130,42 @@ class DeleteOut(DeleteResult):
     target: str
 
 
-async def remote_stat(ctx: ToolContext, args: StatIn) -> StatOut:
-    info = await ctx.runtime.remote.files.stat(
-        args.target, args.raw_path(), sha256=args.sha256, follow=args.follow
+def _render_write(out: WriteOut) -> str:
+    return f"{'created' if out.created else 'replaced'} {out.path}: {out.size} bytes, sha256 {out.sha256}"
+
+
+def _render_list(out: ListOut) -> str:
+    lines = [f"{e.type[0]} {e.mode} {e.size:>10} {e.path}" for e in out.entries]
+    if out.truncated:
+        lines.append("… truncated")
+    return "\n".join(lines) or "(empty)"
+
+
+@_tools.tool(
+    "remote_list",
+    "List a remote directory",
+    "Entries of a directory (optionally recursive to a depth), depth-first in byte order of names, bounded "
+    "by limit with truncated; hidden names only when asked." + NEEDS_AGENT,
+    kind=READ,
+    render=_render_list,
+)
+async def remote_list(ctx: ToolContext, args: ListIn) -> ListOut:
+    out = await ctx.runtime.remote.files.list(
+        args.target, args.raw_path(), depth=args.depth, limit=args.limit, hidden=args.hidden
     )
-    return StatOut(target=args.target, **info.model_dump())
+    return ListOut(target=args.target, **out.model_dump())
 
 
+@_tools.tool(
+    "remote_write",
+    "Write a remote file atomically",
+    "Replace or create a file atomically (temporary file in the same directory, fsync, rename): old or "
+    "new content, never a mix. if_exists fail and expected_sha256 give conflict. Content above the "
+    "argument cap: use the transfer tools. transport_lost: it may have been written; remote_stat with "
+    "sha256 tells." + NEEDS_AGENT,
+    render=_render_write,
+    idempotent=True,
+)
 async def remote_write(ctx: ToolContext, args: WriteIn) -> WriteOut:
     # content above server.max_argument_bytes never gets here: the dispatcher refuses it (validation_error
     # naming the argument); big files go through the transfer tools
@@ -158,6 +180,13 @@ async def remote_write(ctx: ToolContext, args: WriteIn) -> WriteOut:
     return WriteOut(target=args.target, **out.model_dump())
 
 
+@_tools.tool(
+    "remote_patch",
+    "Patch a remote file",
+    "Replace exact text in a file: hunks [{old, new, count}] applied in order, each old occurring exactly "
+    "count times (default 1). All are checked before one atomic write; a failing hunk is a conflict "
+    "naming it (details.hunk) and nothing is written." + NEEDS_AGENT,
+)
 async def remote_patch(ctx: ToolContext, args: PatchIn) -> PatchOut:
     hunks = [Hunk(h.old.encode("utf-8"), h.new.encode("utf-8"), h.count) for h in args.hunks]
     out = await ctx.runtime.remote.files.patch(
@@ -166,13 +195,13 @@ async def remote_patch(ctx: ToolContext, args: PatchIn) -> PatchOut:
     return PatchOut(target=args.target, **out.model_dump())
 
 
-async def remote_list(ctx: ToolContext, args: ListIn) -> ListOut:
-    out = await ctx.runtime.remote.files.list(
-        args.target, args.raw_path(), depth=args.depth, limit=args.limit, hidden=args.hidden
-    )
-    return ListOut(target=args.target, **out.model_dump())
-
-
+@_tools.tool(
+    "remote_mkdir",
+    "Make a remote directory",
+    "Create a directory (parents: with missing parents, an existing one is fine). A mode is applied "
+    "exactly, setgid and sticky included (like mkdir -m)." + NEEDS_AGENT,
+    destructive=False,
+)
 async def remote_mkdir(ctx: ToolContext, args: MkdirIn) -> MkdirOut:
     out = await ctx.runtime.remote.files.mkdir(
         args.target, args.raw_path(), parents=args.parents, mode=args.mode
@@ -180,6 +209,12 @@ async def remote_mkdir(ctx: ToolContext, args: MkdirIn) -> MkdirOut:
     return MkdirOut(target=args.target, **out.model_dump())
 
 
+@_tools.tool(
+    "remote_move",
+    "Move a remote path",
+    "Rename a file or directory; an existing destination is a conflict unless overwrite. Across "
+    "filesystems it is copied next to the destination, renamed, then removed." + NEEDS_AGENT,
+)
 async def remote_move(ctx: ToolContext, args: MoveIn) -> MoveOut:
     source = args.source if args.source is not None else b64_argument(args.source_b64 or "", "source_b64")
     dest = (
@@ -191,6 +226,13 @@ async def remote_move(ctx: ToolContext, args: MoveIn) -> MoveOut:
     return MoveOut(target=args.target, **out.model_dump())
 
 
+@_tools.tool(
+    "remote_delete",
+    "Delete a remote path",
+    "Delete a file or link; a directory only with recursive. Refuses /, the login user's home and the "
+    "target's protected_paths (and directories holding them)." + NEEDS_AGENT,
+    kind=TEARDOWN,
+)
 async def remote_delete(ctx: ToolContext, args: DeleteIn) -> DeleteOut:
     target = ctx.runtime.remote.target(args.target)
     out = await ctx.runtime.remote.files.delete(
@@ -199,110 +241,5 @@ async def remote_delete(ctx: ToolContext, args: DeleteIn) -> DeleteOut:
     return DeleteOut(target=args.target, **out.model_dump())
 
 
-def _render_write(out: WriteOut) -> str:
-    return f"{'created' if out.created else 'replaced'} {out.path}: {out.size} bytes, sha256 {out.sha256}"
-
-
-def _render_list(out: ListOut) -> str:
-    lines = [f"{e.type[0]} {e.mode} {e.size:>10} {e.path}" for e in out.entries]
-    if out.truncated:
-        lines.append("… truncated")
-    return "\n".join(lines) or "(empty)"
-
-
-_CHANGES: dict[str, Any] = {"read_only": False, "open_world": True}
-
-SPECS: list[ToolSpec[Any, Any]] = [
-    ToolSpec(
-        name="remote_stat",
-        title="Stat a remote path",
-        description="Type, size, mode, owner, group, mtime and symlink target of a path on a target "
-        "(optionally the content's SHA-256; sha256_error says why it is missing, such as permission_denied). "
-        "Paths are data: any bytes, via path_b64." + NEEDS_AGENT,
-        input_model=StatIn,
-        output_model=StatOut,
-        handler=remote_stat,
-        **REMOTE_READ,
-    ),
-    READ_SPEC,
-    ToolSpec(
-        name="remote_list",
-        title="List a remote directory",
-        description="Entries of a directory (optionally recursive to a depth), depth-first in byte order "
-        "of names, bounded by limit with truncated; hidden names only when asked." + NEEDS_AGENT,
-        input_model=ListIn,
-        output_model=ListOut,
-        handler=remote_list,
-        render=_render_list,
-        **REMOTE_READ,
-    ),
-    ToolSpec(
-        name="remote_write",
-        title="Write a remote file atomically",
-        description="Replace or create a file atomically (temporary file in the same directory, fsync, "
-        "rename): old or new content, never a mix. if_exists fail and expected_sha256 give conflict. "
-        "Content above the argument cap: use the transfer tools. transport_lost: it may have been "
-        "written; remote_stat with sha256 tells." + NEEDS_AGENT,
-        input_model=WriteIn,
-        output_model=WriteOut,
-        toolset=Toolset.EXECUTE,
-        destructive=True,
-        idempotent=True,
-        handler=remote_write,
-        render=_render_write,
-        **_CHANGES,
-    ),
-    ToolSpec(
-        name="remote_patch",
-        title="Patch a remote file",
-        description="Replace exact text in a file: hunks [{old, new, count}] applied in order, each old "
-        "occurring exactly count times (default 1). All are checked before one atomic write; a failing "
-        "hunk is a conflict naming it (details.hunk) and nothing is written." + NEEDS_AGENT,
-        input_model=PatchIn,
-        output_model=PatchOut,
-        toolset=Toolset.EXECUTE,
-        destructive=True,
-        idempotent=False,
-        handler=remote_patch,
-        **_CHANGES,
-    ),
-    ToolSpec(
-        name="remote_mkdir",
-        title="Make a remote directory",
-        description="Create a directory (parents: with missing parents, an existing one is fine). A mode "
-        "is applied exactly, setgid and sticky included (like mkdir -m)." + NEEDS_AGENT,
-        input_model=MkdirIn,
-        output_model=MkdirOut,
-        toolset=Toolset.EXECUTE,
-        destructive=False,
-        idempotent=False,
-        handler=remote_mkdir,
-        **_CHANGES,
-    ),
-    ToolSpec(
-        name="remote_move",
-        title="Move a remote path",
-        description="Rename a file or directory; an existing destination is a conflict unless overwrite. "
-        "Across filesystems it is copied next to the destination, renamed, then removed." + NEEDS_AGENT,
-        input_model=MoveIn,
-        output_model=MoveOut,
-        toolset=Toolset.EXECUTE,
-        destructive=True,
-        idempotent=False,
-        handler=remote_move,
-        **_CHANGES,
-    ),
-    ToolSpec(
-        name="remote_delete",
-        title="Delete a remote path",
-        description="Delete a file or link; a directory only with recursive. Refuses /, the login user's "
-        "home and the target's protected_paths (and directories holding them)." + NEEDS_AGENT,
-        input_model=DeleteIn,
-        output_model=DeleteOut,
-        toolset=Toolset.TEARDOWN,
-        destructive=True,
-        idempotent=False,
-        handler=remote_delete,
-        **_CHANGES,
-    ),
-]
+SPECS: list[AnySpec] = [*files_read.SPECS, *_tools.specs]
+"""Every file tool, in catalog order (stat and read first)."""

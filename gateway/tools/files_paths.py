@@ -4,16 +4,15 @@ from __future__ import annotations
 
 import base64
 import binascii
-from typing import Annotated, Self
+from typing import Self
 
 from pydantic import Field, model_validator
 
 from gateway._errors import ErrorCode, ToolFailure
-from gateway.tools._base import Input
+from gateway.tools._base import Input, TargetName
 
 __all__ = ["NEEDS_AGENT", "PathIn", "TargetName", "b64_argument"]
 
-TargetName = Annotated[str, Field(min_length=1, max_length=128, description="A configured target name.")]
 NEEDS_AGENT = " Needs the agent (python3 >= 3.8 on the target)."  # ends every file tool's description
 _PATH = "The path on the target (text). Give this or path_b64."
 _PATH_B64 = "The path's exact bytes, base64 (for names that are not valid UTF-8). Give this or path."

@@ -1,25 +1,42 @@
-"""``remote_read`` (inspect): a thin adapter over :meth:`remoteops.RemoteOps.files` ``read``.
+"""``remote_stat`` and ``remote_read`` (inspect): thin adapters over :meth:`remoteops.RemoteOps.files`
+``stat`` and ``read``.
 
-A byte range (``offset``/``length``) or whole lines (``start_line``/``line_count``), never both; either
-way at most the transport's output cap (``truncated`` with the ``remaining`` size), with the whole file's
-size and SHA-256. ``utf-8`` reads refuse bytes that are not UTF-8 unless ``errors: "replace"``, and never
-end inside a character the cap cut.
+``remote_read`` takes a byte range (``offset``/``length``) or whole lines (``start_line``/``line_count``),
+never both; either way at most the transport's output cap (``truncated`` with the ``remaining`` size),
+with the whole file's size and SHA-256. ``utf-8`` reads refuse bytes that are not UTF-8 unless
+``errors: "replace"``, and never end inside a character the cap cut.
 """
 
 from __future__ import annotations
 
 import base64
-from typing import Any, Literal
+from typing import Literal
 
 from pydantic import Field, ValidationInfo, field_validator
 
-from gateway._catalog import REMOTE_READ, ToolSpec
 from gateway._context import ToolContext
 from gateway._errors import ErrorCode, ToolFailure
 from gateway.tools._base import Output
+from gateway.tools._registry import READ, ToolGroup
 from gateway.tools.files_paths import NEEDS_AGENT, PathIn
+from remoteops import FileInfo, check_bytes_or_lines
 
-__all__ = ["READ_SPEC"]
+__all__ = ["SPECS"]
+
+_tools = ToolGroup(READ)
+SPECS = _tools.specs
+
+
+class StatIn(PathIn):
+    sha256: bool = Field(
+        False, description="Also compute the SHA-256 of a regular file's content (a file that cannot be "
+        "read still gets its metadata: sha256 null, sha256_error permission_denied).",
+    )  # fmt: skip
+    follow: bool = Field(False, description="Describe what a symlink points to instead of the link.")
+
+
+class StatOut(FileInfo):
+    target: str
 
 
 class ReadIn(PathIn):
@@ -41,9 +58,8 @@ class ReadIn(PathIn):
     @field_validator("start_line", "line_count")
     @classmethod
     def _bytes_or_lines(cls, value: int | None, info: ValidationInfo) -> int | None:
-        given = [name for name in ("offset", "length") if info.data.get(name) is not None]
-        if value is not None and given:
-            raise ValueError(f"{info.field_name} cannot be combined with {given[0]}: read bytes or lines")
+        start_line, line_count = (value, None) if info.field_name == "start_line" else (None, value)
+        check_bytes_or_lines(info.data.get("offset"), info.data.get("length"), start_line, line_count)
         return value
 
 
@@ -88,6 +104,44 @@ def _decode(data: bytes, args: ReadIn, truncated: bool, offset: int) -> tuple[st
         ) from None
 
 
+def _render_read(out: ReadOut) -> str:
+    """The content itself follows the header line: a client that shows the model only the text content
+    (not ``structuredContent``) must still hand it the file."""
+    more = f", {out.remaining} more bytes (truncated)" if out.truncated else ""
+    span = f"{out.length} of {out.size} bytes from {out.offset}"
+    if out.past_end:
+        span = f"no line {out.start_line} (the file has fewer lines), {out.size} bytes"
+    elif out.start_line is not None:
+        count, first = out.line_count or 0, out.start_line
+        lines = f"lines {first}-{first + count - 1}" if count > 1 else f"line {first}"
+        lines = lines if count else f"part of line {first}"
+        span = f"{lines} ({span}){', more lines follow' if out.more_lines else ''}"
+    head = f"{out.path}: {span}{more}; sha256 {out.sha256}"
+    return f"{head}\n{out.content}" if out.encoding == "utf-8" else f"{head} (base64)\n{out.content}"
+
+
+@_tools.tool(
+    "remote_stat",
+    "Stat a remote path",
+    "Type, size, mode, owner, group, mtime and symlink target of a path on a target (optionally the "
+    "content's SHA-256; sha256_error says why it is missing, such as permission_denied). Paths are data: "
+    "any bytes, via path_b64." + NEEDS_AGENT,
+)
+async def remote_stat(ctx: ToolContext, args: StatIn) -> StatOut:
+    info = await ctx.runtime.remote.files.stat(
+        args.target, args.raw_path(), sha256=args.sha256, follow=args.follow
+    )
+    return StatOut(target=args.target, **info.model_dump())
+
+
+@_tools.tool(
+    "remote_read",
+    "Read a remote file",
+    "Read a regular file (utf-8 or base64): a byte range (offset, length) or whole lines (start_line, "
+    "line_count; the result says which lines, more_lines, and their byte offset), capped at the output cap "
+    "with truncated and remaining; returns the whole file's size and SHA-256." + NEEDS_AGENT,
+    render=_render_read,
+)
 async def remote_read(ctx: ToolContext, args: ReadIn) -> ReadOut:
     cap = ctx.runtime.settings.transport.output_cap_bytes
     got = await ctx.runtime.remote.files.read(
@@ -117,33 +171,3 @@ async def remote_read(ctx: ToolContext, args: ReadIn) -> ReadOut:
         more_lines=got.more_lines,
         past_end=got.past_end,
     )
-
-
-def _render_read(out: ReadOut) -> str:
-    """The content itself follows the header line: a client that shows the model only the text content
-    (not ``structuredContent``) must still hand it the file."""
-    more = f", {out.remaining} more bytes (truncated)" if out.truncated else ""
-    span = f"{out.length} of {out.size} bytes from {out.offset}"
-    if out.past_end:
-        span = f"no line {out.start_line} (the file has fewer lines), {out.size} bytes"
-    elif out.start_line is not None:
-        count, first = out.line_count or 0, out.start_line
-        lines = f"lines {first}-{first + count - 1}" if count > 1 else f"line {first}"
-        lines = lines if count else f"part of line {first}"
-        span = f"{lines} ({span}){', more lines follow' if out.more_lines else ''}"
-    head = f"{out.path}: {span}{more}; sha256 {out.sha256}"
-    return f"{head}\n{out.content}" if out.encoding == "utf-8" else f"{head} (base64)\n{out.content}"
-
-
-READ_SPEC: ToolSpec[Any, Any] = ToolSpec(
-    name="remote_read",
-    title="Read a remote file",
-    description="Read a regular file (utf-8 or base64): a byte range (offset, length) or whole lines "
-    "(start_line, line_count; the result says which lines, more_lines, and their byte offset), capped at "
-    "the output cap with truncated and remaining; returns the whole file's size and SHA-256." + NEEDS_AGENT,
-    input_model=ReadIn,
-    output_model=ReadOut,
-    handler=remote_read,
-    render=_render_read,
-    **REMOTE_READ,
-)

@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Literal
 
 from pydantic import Field
 
-from gateway._catalog import REMOTE_READ, ToolSpec
 from gateway._context import ToolContext
+from gateway.tools._registry import READ, ToolGroup
 from gateway.tools.files_paths import PathIn
-from remoteops import GrepResult, ListResult
+from remoteops import GrepContext, GrepResult, ListResult, MatchCount, TreeDepth
 
 __all__ = ["SPECS"]
+
+_tools = ToolGroup(READ)
+SPECS = _tools.specs
 
 _Kind = Literal["file", "directory", "symlink", "fifo", "socket", "char", "block"]
 
@@ -23,7 +26,7 @@ class FindIn(PathIn):
     max_size: int | None = Field(None, ge=0, description="Only entries of at most this many bytes.")
     mtime_min: float | None = Field(None, description="Only entries modified at or after (epoch seconds).")
     mtime_max: float | None = Field(None, description="Only entries modified at or before (epoch seconds).")
-    depth: int = Field(64, ge=1, le=64, description="How deep to descend (1: the directory's entries).")
+    depth: TreeDepth = Field(64, description="How deep to descend (1: the directory's entries).")
     limit: int = Field(1000, ge=1, le=10_000, description="At most this many results (truncated says more).")
     hidden: bool = Field(True, description="Include names starting with a dot.")
 
@@ -37,9 +40,9 @@ class GrepIn(PathIn):
     include: list[str] = Field(default_factory=list, description="Only files whose base name matches one.")
     exclude: list[str] = Field(default_factory=list, description="Skip files whose base name matches one.")
     ignore_case: bool = False
-    context: int = Field(0, ge=0, le=20, description="Lines of context before and after each match.")
-    depth: int = Field(64, ge=1, le=64)
-    max_matches: int = Field(200, ge=1, le=10_000)
+    context: GrepContext = Field(0, description="Lines of context before and after each match.")
+    depth: TreeDepth = 64
+    max_matches: MatchCount = 200
     hidden: bool = Field(False, description="Search names starting with a dot too.")
 
 
@@ -47,6 +50,20 @@ class GrepOut(GrepResult):
     target: str
 
 
+def _render_grep(out: GrepOut) -> str:
+    lines = [f"{m.path}:{m.line}: {m.text}" for m in out.matches]
+    lines += [f"skipped {s.path} ({s.reason})" for s in out.skipped]
+    if out.truncated:
+        lines.append("… truncated")
+    return "\n".join(lines) or "no matches"
+
+
+@_tools.tool(
+    "remote_find",
+    "Find remote files",
+    "Entries under a directory matching a name glob, type, size and mtime bounds, to a max depth, in "
+    "deterministic order, bounded by limit with truncated. Needs the agent.",
+)
 async def remote_find(ctx: ToolContext, args: FindIn) -> FindOut:
     out = await ctx.runtime.remote.files.find(
         args.target,
@@ -64,6 +81,14 @@ async def remote_find(ctx: ToolContext, args: FindIn) -> FindOut:
     return FindOut(target=args.target, **out.model_dump())
 
 
+@_tools.tool(
+    "remote_grep",
+    "Search remote files",
+    "Lines matching a Python regular expression in the files under a path (include/exclude globs, context "
+    "lines, line numbers); binary files are skipped and listed; matches and bytes are bounded (truncated). "
+    "Needs the agent.",
+    render=_render_grep,
+)
 async def remote_grep(ctx: ToolContext, args: GrepIn) -> GrepOut:
     out = await ctx.runtime.remote.files.grep(
         args.target,
@@ -79,37 +104,3 @@ async def remote_grep(ctx: ToolContext, args: GrepIn) -> GrepOut:
         hidden=args.hidden,
     )
     return GrepOut(target=args.target, **out.model_dump())
-
-
-def _render_grep(out: GrepOut) -> str:
-    lines = [f"{m.path}:{m.line}: {m.text}" for m in out.matches]
-    lines += [f"skipped {s.path} ({s.reason})" for s in out.skipped]
-    if out.truncated:
-        lines.append("… truncated")
-    return "\n".join(lines) or "no matches"
-
-
-SPECS: list[ToolSpec[Any, Any]] = [
-    ToolSpec(
-        name="remote_find",
-        title="Find remote files",
-        description="Entries under a directory matching a name glob, type, size and mtime bounds, to a max "
-        "depth, in deterministic order, bounded by limit with truncated. Needs the agent.",
-        input_model=FindIn,
-        output_model=FindOut,
-        handler=remote_find,
-        **REMOTE_READ,
-    ),
-    ToolSpec(
-        name="remote_grep",
-        title="Search remote files",
-        description="Lines matching a Python regular expression in the files under a path (include/exclude "
-        "globs, context lines, line numbers); binary files are skipped and listed; matches and bytes are "
-        "bounded (truncated). Needs the agent.",
-        input_model=GrepIn,
-        output_model=GrepOut,
-        handler=remote_grep,
-        render=_render_grep,
-        **REMOTE_READ,
-    ),
-]

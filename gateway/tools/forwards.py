@@ -3,41 +3,27 @@
 from __future__ import annotations
 
 import re
-from typing import Any, Self
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, field_validator
 
-from gateway._catalog import Toolset, ToolSpec
 from gateway._context import ToolContext
 from gateway.tools._base import Input, Output
-from remoteops import ForwardClosed, ForwardCreated, ForwardKind, ForwardSpec, ForwardView
+from gateway.tools._registry import CHANGE, READ, TEARDOWN, ToolGroup
+from remoteops import ForwardClosed, ForwardCreated, ForwardSpec, ForwardView
 
 __all__ = ["SPECS"]
 
-# Checked by validators rather than schema ``pattern``s (one place, and the schema stays plain JSON Schema).
-_ADDRESS = re.compile(r"^[A-Za-z0-9.:\[\]_-]+$")
+_tools = ToolGroup(READ)
+SPECS = _tools.specs
+
+# Checked by a validator rather than a schema ``pattern`` (the schema stays plain JSON Schema).
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 _ID = re.compile(r"^fwd-[0-9a-f]{12}$")
 
 
-class CreateIn(Input):
-    target: str = Field(min_length=1, max_length=128, description="A configured target name.")
-    kind: ForwardKind = Field(
-        description="local (-L: listen here, the target connects to dest), remote (-R: listen on the "
-        "target, this side connects to dest), dynamic (-D: a SOCKS5 proxy here, exits via the target)."
-    )
-    bind_address: str = Field(
-        "127.0.0.1",
-        min_length=1,
-        max_length=255,
-        description="Listen address (this side for local/dynamic, the target for remote). Loopback unless "
-        "the operator allowed another in forwards.allowed_bind_addresses.",
-    )
-    bind_port: int | None = Field(None, ge=1, le=65535, description="Listen port; omitted: a free one.")
-    dest_host: str | None = Field(
-        None, min_length=1, max_length=255, description="Destination host (local/remote forwards)."
-    )
-    dest_port: int | None = Field(None, ge=1, le=65535)
+# remoteops' forward request (target, kind, addresses, ports: checked there), and a name. No docstring:
+# it would become the published schema's description.
+class CreateIn(ForwardSpec):
     name: str | None = Field(
         None,
         min_length=1,
@@ -46,28 +32,12 @@ class CreateIn(Input):
         "(reused: true); the same name with another specification is a conflict.",
     )
 
-    @field_validator("bind_address", "dest_host")
-    @classmethod
-    def _address(cls, value: str | None) -> str | None:
-        if value is not None and not _ADDRESS.match(value):
-            raise ValueError("must be a host name or an IP address")
-        return value
-
     @field_validator("name")
     @classmethod
     def _name(cls, value: str | None) -> str | None:
         if value is not None and not _NAME.match(value):
             raise ValueError("letters, digits, '_', '.', '-'; starting with a letter or digit")
         return value
-
-    @model_validator(mode="after")
-    def _destination(self) -> Self:
-        has_dest = self.dest_host is not None or self.dest_port is not None
-        if self.kind == "dynamic" and has_dest:
-            raise ValueError("a dynamic (SOCKS) forward takes no dest_host/dest_port")
-        if self.kind != "dynamic" and (self.dest_host is None or self.dest_port is None):
-            raise ValueError(f"a {self.kind} forward needs dest_host and dest_port")
-        return self
 
 
 class ForwardIdIn(Input):
@@ -87,34 +57,6 @@ class ListIn(Input):
 
 class ListOut(Output):
     forwards: list[ForwardView]
-
-
-async def forward_create(ctx: ToolContext, args: CreateIn) -> ForwardCreated:
-    spec = ForwardSpec(
-        target=args.target,
-        kind=args.kind,
-        bind_address=args.bind_address,
-        bind_port=args.bind_port,
-        dest_host=args.dest_host,
-        dest_port=args.dest_port,
-    )
-    return await ctx.runtime.forwards.create(spec, name=args.name)
-
-
-async def forward_list(ctx: ToolContext, _: ListIn) -> ListOut:
-    views = await ctx.runtime.forwards.list()
-    visible = set(ctx.visible_targets(sorted({v.target for v in views})))  # a restricted caller: its own
-    return ListOut(forwards=[v for v in views if v.target in visible])
-
-
-async def forward_status(ctx: ToolContext, args: ForwardIdIn) -> ForwardView:
-    ctx.check_target("forward_status", ctx.runtime.forwards.target_of(args.id))
-    return await ctx.runtime.forwards.status(args.id)
-
-
-async def forward_close(ctx: ToolContext, args: ForwardIdIn) -> ForwardClosed:
-    ctx.check_target("forward_close", ctx.runtime.forwards.target_of(args.id))
-    return await ctx.runtime.forwards.close(args.id)
 
 
 def _line(v: ForwardView) -> str:
@@ -137,65 +79,61 @@ def _render_closed(out: ForwardClosed) -> str:
     return f"{out.id}: {out.outcome} (signalled: {out.signalled}; record removed: {out.record_removed})"
 
 
-SPECS: list[ToolSpec[Any, Any]] = [
-    ToolSpec(
-        name="forward_create",
-        title="Create an SSH port forward",
-        description="Start a managed -L/-R/-D forward as its own ssh process; returns it once every listener "
-        "is confirmed (ExitOnForwardFailure), with the chosen port. Named forwards are reused.",
-        input_model=CreateIn,
-        output_model=ForwardCreated,
-        toolset=Toolset.EXECUTE,
-        read_only=False,
-        destructive=False,
-        idempotent=False,
-        open_world=True,
-        handler=forward_create,
-        render=_render_created,
-    ),
-    ToolSpec(
-        name="forward_list",
-        title="List SSH port forwards",
-        description="Every managed forward (active or lost, adopted after a restart or not) with its last "
-        "health check.",
-        input_model=ListIn,
-        output_model=ListOut,
-        toolset=Toolset.INSPECT,
-        read_only=True,
-        destructive=False,
-        idempotent=True,
-        open_world=False,
-        handler=forward_list,
-        render=_render_list,
-    ),
-    ToolSpec(
-        name="forward_status",
-        title="Check an SSH port forward",
-        description="Check one forward now, each check reported separately: its process identity, a TCP "
-        "connect to the local listener (-L/-D), a SOCKS5 handshake (-D), ss on the target (-R).",
-        input_model=ForwardIdIn,
-        output_model=ForwardView,
-        toolset=Toolset.INSPECT,
-        read_only=True,
-        destructive=False,
-        idempotent=True,
-        open_world=True,
-        handler=forward_status,
-        render=_line,
-    ),
-    ToolSpec(
-        name="forward_close",
-        title="Close an SSH port forward",
-        description="Stop a forward's ssh (SIGTERM, then SIGKILL; its identity is re-checked before each, so "
-        "a recycled PID is never signalled) and drop its record. Unknown ids are not_found.",
-        input_model=ForwardIdIn,
-        output_model=ForwardClosed,
-        toolset=Toolset.TEARDOWN,
-        read_only=False,
-        destructive=True,
-        idempotent=False,
-        open_world=False,
-        handler=forward_close,
-        render=_render_closed,
-    ),
-]
+@_tools.tool(
+    "forward_create",
+    "Create an SSH port forward",
+    "Start a managed -L/-R/-D forward as its own ssh process; returns it once every listener is confirmed "
+    "(ExitOnForwardFailure), with the chosen port. Named forwards are reused.",
+    kind=CHANGE,
+    render=_render_created,
+    destructive=False,
+)
+async def forward_create(ctx: ToolContext, args: CreateIn) -> ForwardCreated:
+    spec = ForwardSpec(
+        target=args.target,
+        kind=args.kind,
+        bind_address=args.bind_address,
+        bind_port=args.bind_port,
+        dest_host=args.dest_host,
+        dest_port=args.dest_port,
+    )
+    return await ctx.runtime.forwards.create(spec, name=args.name)
+
+
+@_tools.tool(
+    "forward_list",
+    "List SSH port forwards",
+    "Every managed forward (active or lost, adopted after a restart or not) with its last health check.",
+    render=_render_list,
+    open_world=False,
+)
+async def forward_list(ctx: ToolContext, _: ListIn) -> ListOut:
+    views = await ctx.runtime.forwards.list()
+    visible = set(ctx.visible_targets(sorted({v.target for v in views})))  # a restricted caller: its own
+    return ListOut(forwards=[v for v in views if v.target in visible])
+
+
+@_tools.tool(
+    "forward_status",
+    "Check an SSH port forward",
+    "Check one forward now, each check reported separately: its process identity, a TCP connect to the "
+    "local listener (-L/-D), a SOCKS5 handshake (-D), ss on the target (-R).",
+    render=_line,
+)
+async def forward_status(ctx: ToolContext, args: ForwardIdIn) -> ForwardView:
+    ctx.check_target("forward_status", ctx.runtime.forwards.target_of(args.id))
+    return await ctx.runtime.forwards.status(args.id)
+
+
+@_tools.tool(
+    "forward_close",
+    "Close an SSH port forward",
+    "Stop a forward's ssh (SIGTERM, then SIGKILL; its identity is re-checked before each, so a recycled "
+    "PID is never signalled) and drop its record. Unknown ids are not_found.",
+    kind=TEARDOWN,
+    render=_render_closed,
+    open_world=False,
+)
+async def forward_close(ctx: ToolContext, args: ForwardIdIn) -> ForwardClosed:
+    ctx.check_target("forward_close", ctx.runtime.forwards.target_of(args.id))
+    return await ctx.runtime.forwards.close(args.id)

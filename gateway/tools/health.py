@@ -6,11 +6,14 @@ from typing import Any
 
 from pydantic import Field
 
-from gateway._catalog import Toolset, ToolSpec
 from gateway._context import ToolContext
 from gateway.tools._base import Input, Output
+from gateway.tools._registry import READ, ToolGroup
 
 __all__ = ["SPECS"]
+
+_tools = ToolGroup(READ)
+SPECS = _tools.specs
 
 
 class HealthIn(Input):
@@ -82,6 +85,26 @@ class HealthOut(Output):
     )
 
 
+def _render(out: HealthOut) -> str:
+    ups = ", ".join(f"{u.get('name')}={u.get('state')}" for u in out.upstreams) or "none"
+    carriers = out.transport.get("carriers") or {}
+    used = ", ".join(f"{name}={c.get('carrier') or '-'}" for name, c in carriers.items()) or "none"
+    return (
+        f"remoteops-gateway {out.version} up {out.uptime_s:.0f}s; toolsets {','.join(out.toolsets)}; "
+        f"{out.own_tools} own + {out.relayed_tools} relayed tools ({len(out.filtered_out)} filtered out); "
+        f"upstreams: {ups}; carriers: {used}; audit {'ok' if out.audit.healthy else 'FAILING'}"
+    )
+
+
+@_tools.tool(
+    "gateway_health",
+    "Gateway health",
+    "Version, uptime, enabled toolsets, tool counts (own, relayed, filtered out), audit-log status, SSH "
+    "transport counters, upstream state, task and session counts, state-store problems and managed "
+    "forwards.",
+    render=_render,
+    open_world=False,
+)
 async def gateway_health(ctx: ToolContext, _: HealthIn) -> HealthOut:
     rt = ctx.runtime
     transport = rt.remote.stats().model_dump(mode="json")
@@ -110,34 +133,3 @@ async def gateway_health(ctx: ToolContext, _: HealthIn) -> HealthOut:
     # The whole answer leaves through the one Redactor: last errors (upstream, audit, transport, forwards)
     # and state-store problems quote what failed, and that may hold credentials.
     return HealthOut.model_validate(rt.redactor.any(out.model_dump(mode="json")))
-
-
-def _render(out: HealthOut) -> str:
-    ups = ", ".join(f"{u.get('name')}={u.get('state')}" for u in out.upstreams) or "none"
-    carriers = out.transport.get("carriers") or {}
-    used = ", ".join(f"{name}={c.get('carrier') or '-'}" for name, c in carriers.items()) or "none"
-    return (
-        f"remoteops-gateway {out.version} up {out.uptime_s:.0f}s; toolsets {','.join(out.toolsets)}; "
-        f"{out.own_tools} own + {out.relayed_tools} relayed tools ({len(out.filtered_out)} filtered out); "
-        f"upstreams: {ups}; carriers: {used}; audit {'ok' if out.audit.healthy else 'FAILING'}"
-    )
-
-
-SPECS: list[ToolSpec[Any, Any]] = [
-    ToolSpec(
-        name="gateway_health",
-        title="Gateway health",
-        description="Version, uptime, enabled toolsets, tool counts (own, relayed, filtered out), audit-log "
-        "status, SSH transport counters, upstream state, task and session counts, state-store problems and "
-        "managed forwards.",
-        input_model=HealthIn,
-        output_model=HealthOut,
-        toolset=Toolset.INSPECT,
-        read_only=True,
-        destructive=False,
-        idempotent=True,
-        open_world=False,
-        handler=gateway_health,
-        render=_render,
-    )
-]

@@ -4,17 +4,20 @@ from __future__ import annotations
 
 import base64
 import binascii
-from typing import Any, Literal
+from typing import Literal
 
 from pydantic import Field
 
-from gateway._catalog import Toolset, ToolSpec
 from gateway._context import ToolContext
 from gateway._errors import ErrorCode, ToolFailure
-from gateway.tools._base import CommandIn, Input, Output, TargetName
-from remoteops import Capabilities, DiagnoseReport, ExecResult, TargetInfo
+from gateway.tools._base import Input, Output, TargetName
+from gateway.tools._registry import CHANGE, READ, ToolGroup
+from remoteops import Capabilities, CommandRequest, DiagnoseReport, ExecResult, TargetInfo
 
 __all__ = ["SPECS", "ExecIn", "render_exec"]
+
+_tools = ToolGroup(READ)
+SPECS = _tools.specs
 
 
 class TargetIn(Input):
@@ -33,7 +36,7 @@ class TargetListOut(Output):
     targets: list[TargetInfo]
 
 
-class ExecIn(CommandIn):
+class ExecIn(CommandRequest):
     stdin: str | None = Field(None, description="Data for the command's stdin.")
     stdin_encoding: Literal["text", "base64"] = "text"
     timeout_s: float | None = Field(
@@ -49,40 +52,6 @@ class ExecIn(CommandIn):
             return base64.b64decode(self.stdin, validate=True)
         except (binascii.Error, ValueError):
             raise ToolFailure(ErrorCode.VALIDATION_ERROR, "stdin is not valid base64") from None
-
-
-async def target_list(ctx: ToolContext, _: TargetListIn) -> TargetListOut:
-    """Only the targets the caller's policy reaches (the others are not named at all)."""
-    infos = await ctx.runtime.remote.list_targets()
-    visible = set(ctx.visible_targets([info.name for info in infos]))
-    return TargetListOut(targets=[info for info in infos if info.name in visible])
-
-
-async def target_capabilities(ctx: ToolContext, args: CapabilitiesIn) -> Capabilities:
-    return await ctx.runtime.remote.capabilities(args.target, refresh=args.refresh)
-
-
-async def target_diagnose(ctx: ToolContext, args: TargetIn) -> DiagnoseReport:
-    return await ctx.runtime.remote.diagnose(args.target)
-
-
-async def remote_exec(ctx: ToolContext, args: ExecIn) -> ExecResult:
-    ceiling = ctx.runtime.settings.transport.exec_timeout_max_s
-    if args.timeout_s is not None and args.timeout_s > ceiling:
-        raise ToolFailure(
-            ErrorCode.VALIDATION_ERROR,
-            f"timeout_s {args.timeout_s} exceeds the configured ceiling {ceiling}",
-            details={"limit_s": ceiling},
-        )
-    return await ctx.runtime.remote.run(
-        args.target,
-        args.argv,
-        args.shell,
-        stdin=args.stdin_bytes(),
-        cwd=args.cwd,
-        env=args.env,
-        timeout_s=args.timeout_s,
-    )
 
 
 def render_exec(out: ExecResult) -> str:
@@ -117,65 +86,60 @@ def _render_list(out: TargetListOut) -> str:
     return "\n".join(lines) or "no targets configured"
 
 
-_COMMON: dict[str, Any] = {"destructive": False, "idempotent": True}
+@_tools.tool(
+    "target_list",
+    "List targets",
+    "The configured targets (the only ones allowed), their resolved SSH identity (user, host, port, jump "
+    "chain, identity files) and multiplex state.",
+    render=_render_list,
+    open_world=False,
+)
+async def target_list(ctx: ToolContext, _: TargetListIn) -> TargetListOut:
+    """Only the targets the caller's policy reaches (the others are not named at all)."""
+    infos = await ctx.runtime.remote.list_targets()
+    visible = set(ctx.visible_targets([info.name for info in infos]))
+    return TargetListOut(targets=[info for info in infos if info.name in visible])
 
-SPECS: list[ToolSpec[Any, Any]] = [
-    ToolSpec(
-        name="target_list",
-        title="List targets",
-        description="The configured targets (the only ones allowed), their resolved SSH identity "
-        "(user, host, port, jump chain, identity files) and multiplex state.",
-        input_model=TargetListIn,
-        output_model=TargetListOut,
-        toolset=Toolset.INSPECT,
-        read_only=True,
-        open_world=False,
-        handler=target_list,
-        render=_render_list,
-        **_COMMON,
-    ),
-    ToolSpec(
-        name="target_capabilities",
-        title="Target capabilities",
-        description="Probe a target in one round trip: OS, kernel, arch, user and uid, and which of python3, "
-        "rsync, tmux, sudo (and sudo -n), su, docker, systemctl, journalctl, ss, sha256sum, timeout and "
-        "nvidia-smi exist. Cached 120 s.",
-        input_model=CapabilitiesIn,
-        output_model=Capabilities,
-        toolset=Toolset.INSPECT,
-        read_only=True,
-        open_world=True,
-        handler=target_capabilities,
-        render=_render_caps,
-        **_COMMON,
-    ),
-    ToolSpec(
-        name="target_diagnose",
-        title="Diagnose target",
-        description="Transport and multiplex state, identity, capabilities, disk pressure and failed systemd "
-        "units of a target; each section degrades on its own.",
-        input_model=TargetIn,
-        output_model=DiagnoseReport,
-        toolset=Toolset.INSPECT,
-        read_only=True,
-        open_world=True,
-        handler=target_diagnose,
-        **_COMMON,
-    ),
-    ToolSpec(
-        name="remote_exec",
-        title="Run a command on a target",
-        description="Run argv (or a sh command string) on a target over OpenSSH; returns exit_code, signal, "
-        "stdout and stderr separately. A non-zero exit is a normal result. Payloads go on stdin. "
-        "transport_lost means the command may or may not have run: it is never re-run automatically.",
-        input_model=ExecIn,
-        output_model=ExecResult,
-        toolset=Toolset.EXECUTE,
-        read_only=False,
-        destructive=True,
-        idempotent=False,
-        open_world=True,
-        handler=remote_exec,
-        render=render_exec,
-    ),
-]
+
+@_tools.tool(
+    "target_capabilities",
+    "Target capabilities",
+    "Probe a target in one round trip: OS, kernel, arch, user and uid, and which of python3, rsync, tmux, "
+    "sudo (and sudo -n), su, docker, systemctl, journalctl, ss, sha256sum, timeout and nvidia-smi exist. "
+    "Cached 120 s.",
+    render=_render_caps,
+)
+async def target_capabilities(ctx: ToolContext, args: CapabilitiesIn) -> Capabilities:
+    return await ctx.runtime.remote.capabilities(args.target, refresh=args.refresh)
+
+
+@_tools.tool(
+    "target_diagnose",
+    "Diagnose target",
+    "Transport and multiplex state, identity, capabilities, disk pressure and failed systemd units of a "
+    "target; each section degrades on its own.",
+)
+async def target_diagnose(ctx: ToolContext, args: TargetIn) -> DiagnoseReport:
+    return await ctx.runtime.remote.diagnose(args.target)
+
+
+@_tools.tool(
+    "remote_exec",
+    "Run a command on a target",
+    "Run argv (or a sh command string) on a target over OpenSSH; returns exit_code, signal, stdout and "
+    "stderr separately. A non-zero exit is a normal result. Payloads go on stdin. transport_lost means the "
+    "command may or may not have run: it is never re-run automatically.",
+    kind=CHANGE,
+    render=render_exec,
+)
+async def remote_exec(ctx: ToolContext, args: ExecIn) -> ExecResult:
+    # a timeout_s above transport.exec_timeout_max_s is remoteops' InvalidRequest (validation_error)
+    return await ctx.runtime.remote.run(
+        args.target,
+        args.argv,
+        args.shell,
+        stdin=args.stdin_bytes(),
+        cwd=args.cwd,
+        env=args.env,
+        timeout_s=args.timeout_s,
+    )

@@ -8,21 +8,41 @@ from the arguments. The audit record's ``facts.privilege`` lists every provider 
 
 from __future__ import annotations
 
-from typing import Any
-
-from gateway._catalog import Toolset, ToolSpec
+from gateway._catalog import Toolset
 from gateway._context import ToolContext
 from gateway._errors import ErrorCode, ToolFailure
+from gateway.tools._registry import CHANGE, ToolGroup
 from gateway.tools.remote import ExecIn, render_exec
 from remoteops import ExecResult, PrivilegeError
 
 __all__ = ["SPECS"]
+
+_tools = ToolGroup(CHANGE)
+SPECS = _tools.specs
 
 
 class RootExecIn(ExecIn):
     """The same arguments as ``remote_exec``."""
 
 
+def _render(out: ExecResult) -> str:
+    text = render_exec(out)
+    if out.privilege is not None:
+        text += f"\n[as root via {out.privilege.provider}]"
+    return text
+
+
+@_tools.tool(
+    "remote_root_exec",
+    "Run a command as root on a target",
+    "remote_exec as root, only on targets in the operator's root allow-list: the operator's providers "
+    "(direct_root, sudo_nopasswd, docker_host_root, sudo_password, su_password) are tried in order; the "
+    "result's privilege lists every attempt. A password is never an argument: a human enters it on a "
+    "one-time page (the link comes by URL elicitation, or in the privilege_error message: retry after it "
+    "was entered).",
+    toolset=Toolset.ROOT,
+    render=_render,
+)
 async def remote_root_exec(ctx: ToolContext, args: RootExecIn) -> ExecResult:
     settings = ctx.runtime.settings
     if args.target not in settings.root.targets:
@@ -30,13 +50,6 @@ async def remote_root_exec(ctx: ToolContext, args: RootExecIn) -> ExecResult:
             ErrorCode.POLICY_DENIED,
             f"target {args.target!r} is not in the root allow-list (root.targets); nothing was connected",
             details={"target": args.target, "reason": "not_root_allowed"},
-        )
-    ceiling = settings.transport.exec_timeout_max_s
-    if args.timeout_s is not None and args.timeout_s > ceiling:
-        raise ToolFailure(
-            ErrorCode.VALIDATION_ERROR,
-            f"timeout_s {args.timeout_s} exceeds the configured ceiling {ceiling}",
-            details={"limit_s": ceiling},
         )
     source = ctx.runtime.secrets.source(ctx.principal, ctx.elicitor, ctx.resume)
     try:
@@ -61,32 +74,3 @@ async def remote_root_exec(ctx: ToolContext, args: RootExecIn) -> ExecResult:
     if result.privilege is not None:
         ctx.audit_facts["privilege"] = result.privilege.model_dump(mode="json")
     return result
-
-
-def _render(out: ExecResult) -> str:
-    text = render_exec(out)
-    if out.privilege is not None:
-        text += f"\n[as root via {out.privilege.provider}]"
-    return text
-
-
-SPECS: list[ToolSpec[Any, Any]] = [
-    ToolSpec(
-        name="remote_root_exec",
-        title="Run a command as root on a target",
-        description="remote_exec as root, only on targets in the operator's root allow-list: the operator's "
-        "providers (direct_root, sudo_nopasswd, docker_host_root, sudo_password, su_password) are tried in "
-        "order; the result's privilege lists every attempt. A password is never an argument: a human enters "
-        "it on a one-time page (the link comes by URL elicitation, or in the privilege_error message: retry "
-        "after it was entered).",
-        input_model=RootExecIn,
-        output_model=ExecResult,
-        toolset=Toolset.ROOT,
-        read_only=False,
-        destructive=True,
-        idempotent=False,
-        open_world=True,
-        handler=remote_root_exec,
-        render=_render,
-    ),
-]

@@ -2,36 +2,30 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from pydantic import Field
 
-from pydantic import Field, field_validator
-
-from gateway._catalog import REMOTE_READ, Toolset, ToolSpec
 from gateway._context import ToolContext
-from gateway._errors import ErrorCode, ToolFailure
 from gateway.tools._base import Input, Output, TargetName
+from gateway.tools._registry import CHANGE, READ, TEARDOWN, ToolGroup
 from remoteops import (
     KeyName,
     SendMode,
     SessionCloseResult,
     SessionEnsureResult,
     SessionInfo,
+    SessionName,
     SessionRead,
     SessionSendResult,
     SessionState,
     SessionView,
     SessionWaitResult,
+    check_time_limit,
 )
 
 __all__ = ["SPECS"]
 
-SessionName = Annotated[
-    str,
-    Field(
-        pattern=r"^[a-z0-9][a-z0-9_-]{0,62}$",
-        description="Session name: lower-case letters, digits, _ and -, at most 63 characters.",
-    ),
-]
+_tools = ToolGroup(READ)
+SPECS = _tools.specs
 
 
 class SessionIn(Input):
@@ -96,13 +90,6 @@ class SessionWaitIn(SessionIn):
         None, ge=0, description="Wait at most this long (default sessions.wait_default_s, 30 s)."
     )
 
-    @field_validator("pattern")
-    @classmethod
-    def _one_line(cls, value: str) -> str:
-        if "\n" in value or "\0" in value:
-            raise ValueError("pattern must be one line")
-        return value
-
 
 class SessionListIn(Input):
     target: TargetName | None = None
@@ -114,62 +101,6 @@ class SessionListOut(Output):
     sessions: list[SessionInfo]
     total: int = Field(description="How many sessions matched the filters (the list may be shorter).")
     truncated: bool
-
-
-async def session_ensure(ctx: ToolContext, args: SessionEnsureIn) -> SessionEnsureResult:
-    return await ctx.runtime.sessions.ensure(args.target, args.name, cwd=args.cwd)
-
-
-async def session_send(ctx: ToolContext, args: SessionSendIn) -> SessionSendResult:
-    return await ctx.runtime.sessions.send(
-        args.target, args.name, args.text, keys=args.keys, enter=args.enter, mode=args.mode
-    )
-
-
-async def session_read(ctx: ToolContext, args: SessionReadIn) -> SessionRead:
-    return await ctx.runtime.sessions.read(
-        args.target,
-        args.name,
-        view=args.view,
-        since=args.since,
-        max_bytes=args.max_bytes,
-        lines=args.lines,
-        ansi=args.ansi,
-    )
-
-
-async def session_wait_for(ctx: ToolContext, args: SessionWaitIn) -> SessionWaitResult:
-    ceiling = ctx.runtime.settings.sessions.wait_max_s
-    if args.timeout_s is not None and args.timeout_s > ceiling:
-        raise ToolFailure(
-            ErrorCode.VALIDATION_ERROR,
-            f"timeout_s {args.timeout_s} exceeds the configured ceiling {ceiling}",
-            details={"limit_s": ceiling},
-        )
-
-    async def progress(size: int) -> None:
-        await ctx.report_progress(float(size), None, f"{size} bytes of output so far")
-
-    return await ctx.runtime.sessions.wait_for(
-        args.target,
-        args.name,
-        args.pattern,
-        since=args.since,
-        timeout_s=args.timeout_s,
-        progress=progress,
-    )
-
-
-async def session_list(ctx: ToolContext, args: SessionListIn) -> SessionListOut:
-    among = ctx.policy.targets(ctx.identity)  # a caller restricted to some targets sees only theirs
-    found, total = ctx.runtime.sessions.list_sessions(
-        target=args.target, state=args.state, limit=args.limit, among=among
-    )
-    return SessionListOut(sessions=found, total=total, truncated=len(found) < total)
-
-
-async def session_close(ctx: ToolContext, args: SessionIn) -> SessionCloseResult:
-    return await ctx.runtime.sessions.close(args.target, args.name)
 
 
 def _render_info(out: SessionInfo) -> str:
@@ -211,86 +142,104 @@ def _render_close(out: SessionCloseResult) -> str:
     return f"session {out.name} on {out.target}: {out.outcome}; directory removed: {out.directory_removed}"
 
 
-SPECS: list[ToolSpec[Any, Any]] = [
-    ToolSpec(
-        name="session_ensure",
-        title="Ensure an interactive session",
-        description="The named interactive shell session on a target (tmux on a gateway-owned socket, fixed "
-        "size): reattached when it is alive, created only once the target proved it absent. Survives SSH "
-        "drops and gateway restarts; returns created or reattached and the output stream's size.",
-        input_model=SessionEnsureIn,
-        output_model=SessionEnsureResult,
-        toolset=Toolset.EXECUTE,
-        read_only=False,
-        destructive=False,
-        idempotent=True,
-        open_world=True,
-        handler=session_ensure,
-        render=_render_ensure,
-    ),
-    ToolSpec(
-        name="session_send",
-        title="Send text and keys to a session",
-        description="Type text (exact, or pasted intact through a tmux buffer when multi-line), then named "
-        "keys (Enter, Tab, Escape, arrows, C-c, C-d, C-z, ...) and optionally Enter. Returns cursor_before "
-        "for session_wait_for. The text is audited only as a digest.",
-        input_model=SessionSendIn,
-        output_model=SessionSendResult,
-        toolset=Toolset.EXECUTE,
-        read_only=False,
-        destructive=True,
-        idempotent=False,
-        open_world=True,
-        handler=session_send,
-        render=_render_send,
-    ),
-    ToolSpec(
-        name="session_read",
-        title="Read a session",
-        description="The output stream by cursor (since → next_offset; never skips or repeats a byte), the "
-        "visible screen or the scrollback; bounded; terminal escapes stripped unless ansi.",
-        input_model=SessionReadIn,
-        output_model=SessionRead,
-        handler=session_read,
-        render=_render_read,
-        **REMOTE_READ,
-    ),
-    ToolSpec(
-        name="session_wait_for",
-        title="Wait for session output",
-        description="Block on the target until a regex matches a line of new output (the unfinished last "
-        "line too, such as a prompt), the session ends or the timeout passes; outcome matched (with the text "
-        "and a cursor), timeout or session_exited.",
-        input_model=SessionWaitIn,
-        output_model=SessionWaitResult,
-        handler=session_wait_for,
-        render=_render_wait,
-        **REMOTE_READ,
-    ),
-    ToolSpec(
-        name="session_list",
-        title="List sessions",
-        description="Known interactive sessions, newest first, filterable by target and state; states as "
-        "last seen (checked on the target after a restart and by every call on a session).",
-        input_model=SessionListIn,
-        output_model=SessionListOut,
-        handler=session_list,
-        render=_render_list,
-        **{**REMOTE_READ, "open_world": False},
-    ),
-    ToolSpec(
-        name="session_close",
-        title="Close a session",
-        description="Kill the session on the target (only the recorded one: its tmux identity is checked) "
-        "and drop its record and output directory.",
-        input_model=SessionIn,
-        output_model=SessionCloseResult,
-        toolset=Toolset.TEARDOWN,
-        read_only=False,
-        destructive=True,
-        idempotent=False,
-        open_world=True,
-        handler=session_close,
-        render=_render_close,
-    ),
-]
+@_tools.tool(
+    "session_ensure",
+    "Ensure an interactive session",
+    "The named interactive shell session on a target (tmux on a gateway-owned socket, fixed size): "
+    "reattached when it is alive, created only once the target proved it absent. Survives SSH drops and "
+    "gateway restarts; returns created or reattached and the output stream's size.",
+    kind=CHANGE,
+    render=_render_ensure,
+    destructive=False,
+    idempotent=True,
+)
+async def session_ensure(ctx: ToolContext, args: SessionEnsureIn) -> SessionEnsureResult:
+    return await ctx.runtime.sessions.ensure(args.target, args.name, cwd=args.cwd)
+
+
+@_tools.tool(
+    "session_send",
+    "Send text and keys to a session",
+    "Type text (exact, or pasted intact through a tmux buffer when multi-line), then named keys (Enter, "
+    "Tab, Escape, arrows, C-c, C-d, C-z, ...) and optionally Enter. Returns cursor_before for "
+    "session_wait_for. The text is audited only as a digest.",
+    kind=CHANGE,
+    render=_render_send,
+)
+async def session_send(ctx: ToolContext, args: SessionSendIn) -> SessionSendResult:
+    return await ctx.runtime.sessions.send(
+        args.target, args.name, args.text, keys=args.keys, enter=args.enter, mode=args.mode
+    )
+
+
+@_tools.tool(
+    "session_read",
+    "Read a session",
+    "The output stream by cursor (since → next_offset; never skips or repeats a byte), the visible screen "
+    "or the scrollback; bounded; terminal escapes stripped unless ansi.",
+    render=_render_read,
+)
+async def session_read(ctx: ToolContext, args: SessionReadIn) -> SessionRead:
+    return await ctx.runtime.sessions.read(
+        args.target,
+        args.name,
+        view=args.view,
+        since=args.since,
+        max_bytes=args.max_bytes,
+        lines=args.lines,
+        ansi=args.ansi,
+    )
+
+
+@_tools.tool(
+    "session_wait_for",
+    "Wait for session output",
+    "Block on the target until a regex matches a line of new output (the unfinished last line too, such "
+    "as a prompt), the session ends or the timeout passes; outcome matched (with the text and a cursor), "
+    "timeout or session_exited.",
+    render=_render_wait,
+)
+async def session_wait_for(ctx: ToolContext, args: SessionWaitIn) -> SessionWaitResult:
+    if args.timeout_s is not None:  # refused before the session is looked up (remoteops checks it again)
+        check_time_limit(args.timeout_s, ctx.runtime.settings.sessions.wait_max_s, zero_ok=True)
+    # a pattern that is not one line: remoteops' InvalidRequest
+
+    async def progress(size: int) -> None:
+        await ctx.report_progress(float(size), None, f"{size} bytes of output so far")
+
+    return await ctx.runtime.sessions.wait_for(
+        args.target,
+        args.name,
+        args.pattern,
+        since=args.since,
+        timeout_s=args.timeout_s,
+        progress=progress,
+    )
+
+
+@_tools.tool(
+    "session_list",
+    "List sessions",
+    "Known interactive sessions, newest first, filterable by target and state; states as last seen "
+    "(checked on the target after a restart and by every call on a session).",
+    render=_render_list,
+    open_world=False,
+)
+async def session_list(ctx: ToolContext, args: SessionListIn) -> SessionListOut:
+    among = ctx.policy.targets(ctx.identity)  # a caller restricted to some targets sees only theirs
+    found, total = ctx.runtime.sessions.list_sessions(
+        target=args.target, state=args.state, limit=args.limit, among=among
+    )
+    return SessionListOut(sessions=found, total=total, truncated=len(found) < total)
+
+
+@_tools.tool(
+    "session_close",
+    "Close a session",
+    "Kill the session on the target (only the recorded one: its tmux identity is checked) and drop its "
+    "record and output directory.",
+    kind=TEARDOWN,
+    render=_render_close,
+)
+async def session_close(ctx: ToolContext, args: SessionIn) -> SessionCloseResult:
+    return await ctx.runtime.sessions.close(args.target, args.name)

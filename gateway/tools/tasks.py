@@ -2,24 +2,32 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal, Self
+from typing import Literal, Self
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, model_validator
 
-from gateway._catalog import REMOTE_READ, Toolset, ToolSpec
 from gateway._context import ToolContext
-from gateway._errors import ErrorCode, ToolFailure
-from gateway.tools._base import CommandIn, Input, Output, TargetName
-from remoteops import TaskCancelResult, TaskInfo, TaskOutput, TaskState, TaskStream, TaskWaitResult
+from gateway.tools._base import Input, Output, TargetName
+from gateway.tools._registry import CHANGE, READ, TEARDOWN, ToolGroup
+from remoteops import (
+    CommandRequest,
+    TaskCancelResult,
+    TaskId,
+    TaskInfo,
+    TaskOutput,
+    TaskState,
+    TaskStream,
+    TaskWaitResult,
+    check_time_limit,
+)
 
 __all__ = ["SPECS"]
 
-TaskId = Annotated[
-    str, Field(pattern=r"^t-[0-9a-f]{16}$", description="A task ID as returned by task_start.")
-]
+_tools = ToolGroup(READ)
+SPECS = _tools.specs
 
 
-class TaskStartIn(CommandIn):
+class TaskStartIn(CommandRequest):
     env: dict[str, str] = Field(
         default_factory=dict,
         description="Extra environment variables. They travel on stdin into a 0600 file on the target; "
@@ -67,13 +75,6 @@ class TaskWaitIn(Input):
         None, ge=0, description="Match output from this byte offset (default: output after the call)."
     )
 
-    @field_validator("pattern")
-    @classmethod
-    def _one_line(cls, value: str | None) -> str | None:
-        if value is not None and ("\n" in value or "\0" in value):
-            raise ValueError("pattern must be one line")
-        return value
-
 
 class TaskListIn(Input):
     target: TargetName | None = None
@@ -89,69 +90,6 @@ class TaskListOut(Output):
 
 # Input remoteops refuses (a NUL byte, a lone surrogate, an empty program name, ...) is its InvalidRequest,
 # which the one error mapping (gateway._errmap) turns into validation_error naming the field.
-
-
-async def task_start(ctx: ToolContext, args: TaskStartIn) -> TaskInfo:
-    return await ctx.runtime.tasks.start(args.target, args.argv, args.shell, cwd=args.cwd, env=args.env)
-
-
-def _own(ctx: ToolContext, tool: str, task_id: str) -> None:
-    """The caller may reach this task only if it may reach the task's target (checked before the target)."""
-    ctx.check_target(tool, ctx.runtime.tasks.target_of(task_id))
-
-
-async def task_status(ctx: ToolContext, args: TaskIdIn) -> TaskInfo:
-    _own(ctx, "task_status", args.task_id)
-    return await ctx.runtime.tasks.status(args.task_id)
-
-
-async def task_output(ctx: ToolContext, args: TaskOutputIn) -> TaskOutput:
-    _own(ctx, "task_output", args.task_id)
-    return await ctx.runtime.tasks.output(
-        args.task_id,
-        stream=args.stream,
-        since=args.since,
-        max_bytes=args.max_bytes,
-        tail=args.tail,
-        encoding=args.encoding,
-    )
-
-
-async def task_wait(ctx: ToolContext, args: TaskWaitIn) -> TaskWaitResult:
-    ceiling = ctx.runtime.settings.tasks.wait_max_s
-    if args.timeout_s is not None and args.timeout_s > ceiling:
-        raise ToolFailure(
-            ErrorCode.VALIDATION_ERROR,
-            f"timeout_s {args.timeout_s} exceeds the configured ceiling {ceiling}",
-            details={"field": "timeout_s", "limit_s": ceiling},
-        )
-    _own(ctx, "task_wait", args.task_id)
-
-    async def progress(size: int) -> None:
-        await ctx.report_progress(float(size), None, f"{size} bytes of output so far")
-
-    return await ctx.runtime.tasks.wait(
-        args.task_id, timeout_s=args.timeout_s, pattern=args.pattern, since=args.since, progress=progress
-    )
-
-
-async def task_list(ctx: ToolContext, args: TaskListIn) -> TaskListOut:
-    tasks = ctx.runtime.tasks
-    if args.target is not None or ctx.policy.targets(ctx.identity) is None:
-        found, total = tasks.list_tasks(target=args.target, state=args.state, limit=args.limit)
-        return TaskListOut(tasks=found, total=total, truncated=len(found) < total)
-    # A caller restricted to some targets sees the tasks of those only (newest first, the same bound).
-    names = ctx.visible_targets([t.name for t in ctx.runtime.settings.targets])
-    per_target = [tasks.list_tasks(target=name, state=args.state, limit=args.limit) for name in names]
-    merged = sorted((i for found, _ in per_target for i in found), key=lambda i: i.created_at, reverse=True)
-    total = sum(count for _, count in per_target)
-    cap = min(args.limit or ctx.runtime.settings.tasks.list_max, ctx.runtime.settings.tasks.list_max)
-    return TaskListOut(tasks=merged[:cap], total=total, truncated=min(len(merged), cap) < total)
-
-
-async def task_cancel(ctx: ToolContext, args: TaskIdIn) -> TaskCancelResult:
-    _own(ctx, "task_cancel", args.task_id)
-    return await ctx.runtime.tasks.cancel(args.task_id)
 
 
 def _render_info(out: TaskInfo) -> str:
@@ -185,82 +123,107 @@ def _render_cancel(out: TaskCancelResult) -> str:
     return f"task {out.id}: ended by {out.step}; state {out.state}; session removed: {out.session_removed}"
 
 
-SPECS: list[ToolSpec[Any, Any]] = [
-    ToolSpec(
-        name="task_start",
-        title="Start a long-running task",
-        description="Start argv (or a sh command string) on a target as a detached task that outlives SSH "
-        "drops and gateway restarts (a tmux session on a gateway-owned socket, or setsid); returns its ID. "
-        "Output is kept on the target; read it with task_output, wait with task_wait.",
-        input_model=TaskStartIn,
-        output_model=TaskInfo,
-        toolset=Toolset.EXECUTE,
-        read_only=False,
-        destructive=True,
-        idempotent=False,
-        open_world=True,
-        handler=task_start,
-        render=_render_info,
-    ),
-    ToolSpec(
-        name="task_status",
-        title="Task status",
-        description="State of a task (starting, running, exited, cancelled, lost, failed), checked on the "
-        "target; exit code and signal once it ended.",
-        input_model=TaskIdIn,
-        output_model=TaskInfo,
-        handler=task_status,
-        render=_render_info,
-        **REMOTE_READ,
-    ),
-    ToolSpec(
-        name="task_output",
-        title="Read task output",
-        description="Read a task's output by byte offset (since → next_offset, bounded per call) or its "
-        "tail; cursors never skip or repeat a byte. Streams: combined, stdout, stderr.",
-        input_model=TaskOutputIn,
-        output_model=TaskOutput,
-        handler=task_output,
-        render=_render_output,
-        **REMOTE_READ,
-    ),
-    ToolSpec(
-        name="task_wait",
-        title="Wait for a task",
-        description="Block on the target until the task exits, a regex matches new output, or the timeout "
-        "passes; outcome exited, matched, still_running or lost. Progress notifications carry the bytes "
-        "of output so far.",
-        input_model=TaskWaitIn,
-        output_model=TaskWaitResult,
-        handler=task_wait,
-        render=_render_wait,
-        **REMOTE_READ,
-    ),
-    ToolSpec(
-        name="task_list",
-        title="List tasks",
-        description="Known tasks, newest first, filterable by target and state and bounded; states as last "
-        "seen (task_status checks the target).",
-        input_model=TaskListIn,
-        output_model=TaskListOut,
-        handler=task_list,
-        render=_render_list,
-        **{**REMOTE_READ, "open_world": False},
-    ),
-    ToolSpec(
-        name="task_cancel",
-        title="Cancel a task",
-        description="Stop a task: SIGINT to its process group and marked descendants, then SIGTERM, then "
-        "SIGKILL after bounded waits; the result says which step ended it. The remote session is removed "
-        "only once no process is left.",
-        input_model=TaskIdIn,
-        output_model=TaskCancelResult,
-        toolset=Toolset.TEARDOWN,
-        read_only=False,
-        destructive=True,
-        idempotent=True,
-        open_world=True,
-        handler=task_cancel,
-        render=_render_cancel,
-    ),
-]
+@_tools.tool(
+    "task_start",
+    "Start a long-running task",
+    "Start argv (or a sh command string) on a target as a detached task that outlives SSH drops and "
+    "gateway restarts (a tmux session on a gateway-owned socket, or setsid); returns its ID. Output is kept "
+    "on the target; read it with task_output, wait with task_wait.",
+    kind=CHANGE,
+    render=_render_info,
+)
+async def task_start(ctx: ToolContext, args: TaskStartIn) -> TaskInfo:
+    return await ctx.runtime.tasks.start(args.target, args.argv, args.shell, cwd=args.cwd, env=args.env)
+
+
+def _own(ctx: ToolContext, tool: str, task_id: str) -> None:
+    """The caller may reach this task only if it may reach the task's target (checked before the target)."""
+    ctx.check_target(tool, ctx.runtime.tasks.target_of(task_id))
+
+
+@_tools.tool(
+    "task_status",
+    "Task status",
+    "State of a task (starting, running, exited, cancelled, lost, failed), checked on the target; exit "
+    "code and signal once it ended.",
+    render=_render_info,
+)
+async def task_status(ctx: ToolContext, args: TaskIdIn) -> TaskInfo:
+    _own(ctx, "task_status", args.task_id)
+    return await ctx.runtime.tasks.status(args.task_id)
+
+
+@_tools.tool(
+    "task_output",
+    "Read task output",
+    "Read a task's output by byte offset (since → next_offset, bounded per call) or its tail; cursors "
+    "never skip or repeat a byte. Streams: combined, stdout, stderr.",
+    render=_render_output,
+)
+async def task_output(ctx: ToolContext, args: TaskOutputIn) -> TaskOutput:
+    _own(ctx, "task_output", args.task_id)
+    return await ctx.runtime.tasks.output(
+        args.task_id,
+        stream=args.stream,
+        since=args.since,
+        max_bytes=args.max_bytes,
+        tail=args.tail,
+        encoding=args.encoding,
+    )
+
+
+@_tools.tool(
+    "task_wait",
+    "Wait for a task",
+    "Block on the target until the task exits, a regex matches new output, or the timeout passes; outcome "
+    "exited, matched, still_running or lost. Progress notifications carry the bytes of output so far.",
+    render=_render_wait,
+)
+async def task_wait(ctx: ToolContext, args: TaskWaitIn) -> TaskWaitResult:
+    if args.timeout_s is not None:  # refused before the task is looked up (remoteops checks it again)
+        check_time_limit(args.timeout_s, ctx.runtime.settings.tasks.wait_max_s, zero_ok=True)
+    _own(ctx, "task_wait", args.task_id)  # a pattern that is not one line: remoteops' InvalidRequest
+
+    async def progress(size: int) -> None:
+        await ctx.report_progress(float(size), None, f"{size} bytes of output so far")
+
+    return await ctx.runtime.tasks.wait(
+        args.task_id, timeout_s=args.timeout_s, pattern=args.pattern, since=args.since, progress=progress
+    )
+
+
+@_tools.tool(
+    "task_list",
+    "List tasks",
+    "Known tasks, newest first, filterable by target and state and bounded; states as last seen "
+    "(task_status checks the target).",
+    render=_render_list,
+    open_world=False,
+)
+async def task_list(ctx: ToolContext, args: TaskListIn) -> TaskListOut:
+    tasks = ctx.runtime.tasks
+    if args.target is not None or ctx.policy.targets(ctx.identity) is None:
+        found, total = tasks.list_tasks(target=args.target, state=args.state, limit=args.limit)
+        return TaskListOut(tasks=found, total=total, truncated=len(found) < total)
+    # A caller restricted to some targets sees the tasks of those only (newest first, the same bound).
+    names = ctx.visible_targets([t.name for t in ctx.runtime.settings.targets])
+    per_target = [tasks.list_tasks(target=name, state=args.state, limit=args.limit) for name in names]
+    merged = sorted((i for found, _ in per_target for i in found), key=lambda i: i.created_at, reverse=True)
+    total = sum(count for _, count in per_target)
+    cap = min(args.limit or ctx.runtime.settings.tasks.list_max, ctx.runtime.settings.tasks.list_max)
+    return TaskListOut(tasks=merged[:cap], total=total, truncated=min(len(merged), cap) < total)
+
+
+@_tools.tool(
+    "task_cancel",
+    "Cancel a task",
+    "Stop a task: SIGINT to its process group and marked descendants, then SIGTERM, then SIGKILL after "
+    "bounded waits; the result says which step ended it. The remote session is removed only once no "
+    "process is left.",
+    kind=TEARDOWN,
+    render=_render_cancel,
+    idempotent=True,
+)
+async def task_cancel(ctx: ToolContext, args: TaskIdIn) -> TaskCancelResult:
+    _own(ctx, "task_cancel", args.task_id)
+    return await ctx.runtime.tasks.cancel(args.task_id)

@@ -16,10 +16,10 @@ import anyio
 import structlog
 from pydantic import BaseModel, Field
 
-from gateway._catalog import Toolset, ToolSpec
 from gateway._context import ToolContext
 from gateway._errors import ErrorCode, ToolFailure
-from gateway.tools._base import Input
+from gateway.tools._base import Input, TargetName
+from gateway.tools._registry import CHANGE, ToolGroup
 from remoteops import (
     Leftover,
     SyncOptions,
@@ -27,14 +27,22 @@ from remoteops import (
     TransferHooks,
     TransferOptions,
     TransferResult,
+    check_time_limit,
 )
 
 __all__ = ["SPECS"]
 
+
+def _no_roots(settings: Any) -> str | None:
+    roots = getattr(getattr(settings, "transfers", None), "local_roots", ())
+    return None if roots else "no [transfers] local_roots configured"
+
+
 _log = structlog.get_logger("gateway.transfers")
+_tools = ToolGroup(CHANGE, unavailable=_no_roots)
+SPECS = _tools.specs
 ResultT = TypeVar("ResultT", bound=BaseModel)
 
-TargetName = Annotated[str, Field(min_length=1, max_length=128, description="A configured target name.")]
 LocalPath = Annotated[
     str,
     Field(
@@ -96,13 +104,7 @@ class SyncIn(Input):
 def _limit(ctx: ToolContext, requested: float | None) -> float:
     settings = ctx.runtime.settings.transfers
     limit = settings.time_limit_default_s if requested is None else requested
-    if limit > settings.time_limit_max_s:
-        raise ToolFailure(
-            ErrorCode.VALIDATION_ERROR,
-            f"timeout_s {limit} exceeds the configured ceiling {settings.time_limit_max_s}",
-            details={"limit_s": settings.time_limit_max_s},
-        )
-    return limit
+    return check_time_limit(limit, settings.time_limit_max_s)
 
 
 async def _supervise(
@@ -177,65 +179,6 @@ def _audit_copy(ctx: ToolContext, out: TransferResult) -> None:
     )
 
 
-async def remote_upload(ctx: ToolContext, args: CopyIn) -> TransferResult:
-    transfers = ctx.runtime.transfers
-    out = await _supervise(
-        ctx,
-        "remote_upload",
-        args.target,
-        args.timeout_s,
-        lambda hooks: transfers.upload(
-            args.target, args.local_path, args.remote_path, _copy_options(args), hooks
-        ),
-    )
-    _audit_copy(ctx, out)
-    return out
-
-
-async def remote_download(ctx: ToolContext, args: CopyIn) -> TransferResult:
-    transfers = ctx.runtime.transfers
-    out = await _supervise(
-        ctx,
-        "remote_download",
-        args.target,
-        args.timeout_s,
-        lambda hooks: transfers.download(
-            args.target, args.local_path, args.remote_path, _copy_options(args), hooks
-        ),
-    )
-    _audit_copy(ctx, out)
-    return out
-
-
-async def remote_sync(ctx: ToolContext, args: SyncIn) -> SyncResult:
-    transfers = ctx.runtime.transfers
-    options = SyncOptions(
-        direction=args.direction,
-        excludes=tuple(args.excludes),
-        dry_run=args.dry_run,
-        delete=args.delete,
-        bwlimit_kib_s=args.bwlimit_kib_s,
-    )
-    out = await _supervise(
-        ctx,
-        "remote_sync",
-        args.target,
-        args.timeout_s,
-        lambda hooks: transfers.sync(args.target, args.local_path, args.remote_path, options, hooks),
-    )
-    ctx.audit_facts.update(
-        local_path=out.local_path,
-        remote_path=out.remote_path,
-        direction=out.direction,
-        dry_run=out.dry_run,
-        bytes_transferred=out.bytes_transferred,
-        bytes_total=out.bytes_total,
-        changes_total=out.changes_total,
-        deleted_total=out.deleted_total,
-    )
-    return out
-
-
 def _mib_s(rate: float) -> str:
     return f"{rate / 1024 / 1024:.1f} MiB/s"
 
@@ -264,56 +207,84 @@ def _render_sync(out: SyncResult) -> str:
     return text
 
 
-def _no_roots(settings: Any) -> str | None:
-    roots = getattr(getattr(settings, "transfers", None), "local_roots", ())
-    return None if roots else "no [transfers] local_roots configured"
+@_tools.tool(
+    "remote_upload",
+    "Upload to a target",
+    "Copy a file or directory tree from the gateway host (under a configured local root) to a target with "
+    "native rsync over its SSH master (scp for a plain single file when rsync is missing). Interrupted "
+    "copies resume (resumed: true only when a partial file was found), optional SHA-256 verification, "
+    "overwrite policy, progress notifications. File data never passes through MCP.",
+    render=_render_copy,
+)
+async def remote_upload(ctx: ToolContext, args: CopyIn) -> TransferResult:
+    transfers = ctx.runtime.transfers
+    out = await _supervise(
+        ctx,
+        "remote_upload",
+        args.target,
+        args.timeout_s,
+        lambda hooks: transfers.upload(
+            args.target, args.local_path, args.remote_path, _copy_options(args), hooks
+        ),
+    )
+    _audit_copy(ctx, out)
+    return out
 
 
-_COMMON: dict[str, Any] = {
-    "toolset": Toolset.EXECUTE,
-    "read_only": False,
-    "destructive": True,
-    "idempotent": False,
-    "open_world": True,
-    "unavailable": _no_roots,
-}
+@_tools.tool(
+    "remote_download",
+    "Download from a target",
+    "Copy a file or directory tree from a target to the gateway host (under a configured local root) with "
+    "native rsync over its SSH master; refused when it would break the local free-space floor. Resume on "
+    "evidence, optional SHA-256 verification, progress notifications.",
+    render=_render_copy,
+)
+async def remote_download(ctx: ToolContext, args: CopyIn) -> TransferResult:
+    transfers = ctx.runtime.transfers
+    out = await _supervise(
+        ctx,
+        "remote_download",
+        args.target,
+        args.timeout_s,
+        lambda hooks: transfers.download(
+            args.target, args.local_path, args.remote_path, _copy_options(args), hooks
+        ),
+    )
+    _audit_copy(ctx, out)
+    return out
 
-SPECS: list[ToolSpec[Any, Any]] = [
-    ToolSpec(
-        name="remote_upload",
-        title="Upload to a target",
-        description="Copy a file or directory tree from the gateway host (under a configured local root) "
-        "to a target with native rsync over its SSH master (scp for a plain single file when rsync is "
-        "missing). Interrupted copies resume (resumed: true only when a partial file was found), "
-        "optional SHA-256 verification, overwrite policy, progress notifications. File data never "
-        "passes through MCP.",
-        input_model=CopyIn,
-        output_model=TransferResult,
-        handler=remote_upload,
-        render=_render_copy,
-        **_COMMON,
-    ),
-    ToolSpec(
-        name="remote_download",
-        title="Download from a target",
-        description="Copy a file or directory tree from a target to the gateway host (under a configured "
-        "local root) with native rsync over its SSH master; refused when it would break the local "
-        "free-space floor. Resume on evidence, optional SHA-256 verification, progress notifications.",
-        input_model=CopyIn,
-        output_model=TransferResult,
-        handler=remote_download,
-        render=_render_copy,
-        **_COMMON,
-    ),
-    ToolSpec(
-        name="remote_sync",
-        title="Sync a directory tree",
-        description="rsync a directory tree up or down: excludes, dry_run (lists what would change, changes "
-        "nothing), delete (off by default; lists what it deleted); itemized changes, bounded.",
-        input_model=SyncIn,
-        output_model=SyncResult,
-        handler=remote_sync,
-        render=_render_sync,
-        **_COMMON,
-    ),
-]
+
+@_tools.tool(
+    "remote_sync",
+    "Sync a directory tree",
+    "rsync a directory tree up or down: excludes, dry_run (lists what would change, changes nothing), "
+    "delete (off by default; lists what it deleted); itemized changes, bounded.",
+    render=_render_sync,
+)
+async def remote_sync(ctx: ToolContext, args: SyncIn) -> SyncResult:
+    transfers = ctx.runtime.transfers
+    options = SyncOptions(
+        direction=args.direction,
+        excludes=tuple(args.excludes),
+        dry_run=args.dry_run,
+        delete=args.delete,
+        bwlimit_kib_s=args.bwlimit_kib_s,
+    )
+    out = await _supervise(
+        ctx,
+        "remote_sync",
+        args.target,
+        args.timeout_s,
+        lambda hooks: transfers.sync(args.target, args.local_path, args.remote_path, options, hooks),
+    )
+    ctx.audit_facts.update(
+        local_path=out.local_path,
+        remote_path=out.remote_path,
+        direction=out.direction,
+        dry_run=out.dry_run,
+        bytes_transferred=out.bytes_transferred,
+        bytes_total=out.bytes_total,
+        changes_total=out.changes_total,
+        deleted_total=out.deleted_total,
+    )
+    return out

@@ -36,6 +36,15 @@ from remoteops.files.models import (
     shown_path,
 )
 from remoteops.files.patch import MAX_PATCH_BYTES, Hunk, PatchResult, apply_hunks
+from remoteops.files.requests import (
+    FileMode,
+    GrepContext,
+    MatchCount,
+    Sha256Hex,
+    TreeDepth,
+    check_bytes_or_lines,
+    checked,
+)
 from remoteops.files.wire import PathArg
 
 __all__ = ["PathArg", "RemoteFiles"]
@@ -93,8 +102,7 @@ class RemoteFiles:
         lines = start_line is not None or line_count is not None
         if offset < 0 or (length is not None and length < 0) or max_bytes < 1:
             raise InvalidRequest(field="offset/length", reason="must be >= 0")
-        if lines and (offset or length is not None):
-            raise InvalidRequest(field="start_line/line_count", reason="not with offset/length")
+        check_bytes_or_lines(offset or None, length, start_line, line_count)  # offset 0: the default
         if (start_line is not None and start_line < 1) or (line_count is not None and line_count < 1):
             raise InvalidRequest(field="start_line/line_count", reason="must be >= 1")
         wire = w.wire(path)
@@ -136,12 +144,10 @@ class RemoteFiles:
         """Replace (or create) a regular file atomically; an existing file keeps its mode and owner (where
         permitted) unless ``mode`` is given, a new one gets ``mode`` or the umask's default. A ``mode`` is
         set exactly (fchmod after the owner: setuid, setgid and sticky bits included, no umask)."""
-        if mode is not None and not 0 <= mode <= 0o7777:
-            raise InvalidRequest(field="mode", reason="not a permission mode (0..0o7777)")
-        if expected_sha256 is not None and (
-            len(expected_sha256) != 64 or expected_sha256.strip("0123456789abcdef")
-        ):
-            raise InvalidRequest(field="expected_sha256", reason="not 64 lowercase hex digits")
+        if mode is not None:
+            checked("mode", FileMode, mode)
+        if expected_sha256 is not None:
+            checked("expected_sha256", Sha256Hex, expected_sha256)
         wire = w.wire(path)
         meta: dict[str, Any] = {"path": wire, "if_exists": if_exists, "mode": mode}
         if expected_sha256 is not None:
@@ -162,7 +168,8 @@ class RemoteFiles:
     ) -> ListResult:
         """Entries under a directory (paths relative to it), depth-first, names in byte order, at most
         ``limit``; hidden (dot) names only when asked."""
-        if not 1 <= depth <= 64 or not 1 <= limit <= 100_000:
+        checked("depth", TreeDepth, depth)
+        if not 1 <= limit <= 100_000:
             raise InvalidRequest(field="depth/limit", reason="depth 1..64, limit 1..100000")
         wire = w.wire(path)
         meta, _ = await self._call(
@@ -189,8 +196,8 @@ class RemoteFiles:
         Without ``mode`` it gets the default (0777 less the umask). Missing parents always get the default
         and a directory that was already there is left as it is (``created`` false); ``mode`` in the result
         is the directory's mode now."""
-        if mode is not None and not 0 <= mode <= 0o7777:
-            raise InvalidRequest(field="mode", reason="not a permission mode (0..0o7777)")
+        if mode is not None:
+            checked("mode", FileMode, mode)
         wire = w.wire(path)
         meta, _ = await self._call(target, proto.MKDIR, {"path": wire, "parents": parents, "mode": mode})
         text, b64 = shown_path(proto.wire_bytes(wire))
@@ -279,7 +286,8 @@ class RemoteFiles:
     ) -> ListResult:
         """Entries under a directory matching a name glob (``fnmatch``, on the base name), type, size and
         mtime bounds, in ``list`` order, at most ``limit`` (``truncated``)."""
-        if not 1 <= depth <= 64 or not 1 <= limit <= 100_000:
+        checked("depth", TreeDepth, depth)
+        if not 1 <= limit <= 100_000:
             raise InvalidRequest(field="depth/limit", reason="depth 1..64, limit 1..100000")
         wire = w.wire(path)
         meta: dict[str, Any] = {"path": wire, "depth": depth, "limit": limit, "hidden": hidden, "type": kind}
@@ -318,10 +326,9 @@ class RemoteFiles:
         """Lines matching ``pattern`` (Python ``re``, on bytes) in the regular files under ``path`` (or in
         that one file); ``include``/``exclude`` are globs on base names; binary files are skipped (reported
         in ``skipped``); bounded by ``max_matches`` and ``max_bytes`` (``truncated``)."""
-        if not 0 <= context <= 20 or not 1 <= max_matches <= 10_000 or not 1 <= depth <= 64:
-            raise InvalidRequest(
-                field="context/max_matches/depth", reason="context 0..20, max_matches 1..10000"
-            )
+        checked("context", GrepContext, context)
+        checked("max_matches", MatchCount, max_matches)
+        checked("depth", TreeDepth, depth)
         wire = w.wire(path)
         meta = {
             "path": wire,

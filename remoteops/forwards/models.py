@@ -10,9 +10,10 @@ Kinds (OpenSSH option, where the listener is, who connects to the destination)::
 from __future__ import annotations
 
 import ipaddress
+import re
 from typing import Annotated, Literal, Self
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 __all__ = [
     "CheckName",
@@ -36,6 +37,9 @@ ForwardState = Literal["active", "lost"]
 Port = Annotated[int, Field(ge=1, le=65535)]
 
 _FROZEN = ConfigDict(extra="forbid", frozen=True)
+# Checked by validators rather than schema ``pattern``s: the gateway publishes this model as the arguments
+# of forward_create, and its schema stays plain JSON Schema.
+_ADDRESS = re.compile(r"^[A-Za-z0-9.:\[\]_-]+$")
 
 
 def is_loopback(address: str) -> bool:
@@ -69,20 +73,38 @@ class ForwardSpec(BaseModel):
 
     model_config = _FROZEN
 
-    target: str = Field(min_length=1, max_length=128)
-    kind: ForwardKind
-    bind_address: str = Field("127.0.0.1", min_length=1, max_length=255, pattern=r"^[A-Za-z0-9.:\[\]_-]+$")
-    bind_port: Port | None = None
-    dest_host: str | None = Field(None, min_length=1, max_length=255, pattern=r"^[A-Za-z0-9.:\[\]_-]+$")
+    target: str = Field(min_length=1, max_length=128, description="A configured target name.")
+    kind: ForwardKind = Field(
+        description="local (-L: listen here, the target connects to dest), remote (-R: listen on the "
+        "target, this side connects to dest), dynamic (-D: a SOCKS5 proxy here, exits via the target)."
+    )
+    bind_address: str = Field(
+        "127.0.0.1",
+        min_length=1,
+        max_length=255,
+        description="Listen address (this side for local/dynamic, the target for remote). Loopback unless "
+        "the operator allowed another in forwards.allowed_bind_addresses.",
+    )
+    bind_port: Port | None = Field(None, description="Listen port; omitted: a free one.")
+    dest_host: str | None = Field(
+        None, min_length=1, max_length=255, description="Destination host (local/remote forwards)."
+    )
     dest_port: Port | None = None
+
+    @field_validator("bind_address", "dest_host")
+    @classmethod
+    def _address(cls, value: str | None) -> str | None:
+        if value is not None and not _ADDRESS.match(value):
+            raise ValueError("must be a host name or an IP address")
+        return value
 
     @model_validator(mode="after")
     def _destination(self) -> Self:
-        needs = self.kind != "dynamic"
-        if needs and (self.dest_host is None or self.dest_port is None):
+        has_dest = self.dest_host is not None or self.dest_port is not None
+        if self.kind == "dynamic" and has_dest:
+            raise ValueError("a dynamic (SOCKS) forward takes no dest_host/dest_port")
+        if self.kind != "dynamic" and (self.dest_host is None or self.dest_port is None):
             raise ValueError(f"a {self.kind} forward needs dest_host and dest_port")
-        if not needs and (self.dest_host is not None or self.dest_port is not None):
-            raise ValueError("a dynamic (SOCKS) forward takes no destination")
         return self
 
 

@@ -38,6 +38,7 @@ from remoteops._runner import Runner
 from remoteops._settings import TransportSettings
 from remoteops._state import Collection as StoreCollection
 from remoteops._state import StateStore
+from remoteops.requests import check_pattern_line, check_time_limit
 from remoteops.sessions.errors import (
     SessionConflict,
     SessionExited,
@@ -304,13 +305,9 @@ class RemoteSessions:
         self._ops.target(target)
         record = self._get(target, name)
         s = self._settings
-        bound = s.wait_default_s if timeout_s is None else timeout_s
-        if not 0 <= bound <= s.wait_max_s:
-            raise InvalidRequest(field="timeout_s", reason=f"must be in [0, {s.wait_max_s}]")
-        if not pattern or "\n" in pattern or "\0" in pattern or len(pattern) > 1000:
-            raise InvalidRequest(
-                field="pattern", reason="must be one non-empty line (at most 1000 characters)"
-            )
+        wanted = s.wait_default_s if timeout_s is None else timeout_s
+        bound = check_time_limit(wanted, s.wait_max_s, zero_ok=True)
+        check_pattern_line(pattern)
         if since is not None and since < 0:
             raise InvalidRequest(field="since", reason="must be >= 0")
         started = time.monotonic()

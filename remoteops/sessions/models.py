@@ -6,7 +6,7 @@ Its errors are in :mod:`remoteops.sessions.errors`.
 from __future__ import annotations
 
 import re
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -20,6 +20,7 @@ __all__ = [
     "SessionEnsureResult",
     "SessionHealth",
     "SessionInfo",
+    "SessionName",
     "SessionRead",
     "SessionRecord",
     "SessionSendResult",
@@ -32,6 +33,13 @@ __all__ = [
 
 SESSION_NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,62}$")
 """Closed name grammar (tmux turns ``.`` and ``:`` in session names into ``_``, so neither is allowed)."""
+SessionName = Annotated[
+    str,
+    Field(
+        pattern=SESSION_NAME.pattern,
+        description="Session name: lower-case letters, digits, _ and -, at most 63 characters.",
+    ),
+]
 
 KeyName = Literal[
     "Enter",

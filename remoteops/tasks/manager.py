@@ -48,6 +48,7 @@ from remoteops._programs import base64_read_cap, decode_text_prefix, recover
 from remoteops._runner import Runner
 from remoteops._settings import TransportSettings
 from remoteops._state import Collection, StateStore
+from remoteops.requests import check_pattern_line, check_time_limit
 from remoteops.tasks.errors import (
     TaskConflict,
     TaskError,
@@ -55,6 +56,7 @@ from remoteops.tasks.errors import (
 )
 from remoteops.tasks.models import (
     FINISHED,
+    TASK_ID_PATTERN,
     CancelStep,
     TaskCancelResult,
     TaskHealth,
@@ -74,7 +76,7 @@ from remoteops.tasks.wire import Seen, TaskWire
 __all__ = ["TASKS", "RemoteTasks"]
 
 TASKS: Collection[TaskRecord] = Collection("tasks", TaskRecord, version=1)
-TASK_ID = re.compile(r"^t-[0-9a-f]{16}$")
+TASK_ID = re.compile(TASK_ID_PATTERN)
 ProgressFn = Callable[[int], Awaitable[None]]
 
 _SIGNALS = {int(s): s.name for s in _signal.Signals}
@@ -278,15 +280,10 @@ class RemoteTasks:
         ``since`` (default: output that appears after the call), or ``timeout_s`` passes."""
         record = self._get(task_id)
         s = self._settings
-        bound = s.wait_default_s if timeout_s is None else timeout_s
-        if not 0 <= bound <= s.wait_max_s:
-            raise InvalidRequest(
-                target=record.target, field="timeout_s", reason=f"must be in [0, {s.wait_max_s}] seconds"
-            )
-        if pattern is not None and (not pattern or "\n" in pattern or "\0" in pattern):
-            raise InvalidRequest(
-                target=record.target, field="pattern", reason="must be one non-empty line without NUL"
-            )
+        wanted = s.wait_default_s if timeout_s is None else timeout_s
+        bound = check_time_limit(wanted, s.wait_max_s, zero_ok=True, target=record.target)
+        if pattern is not None:
+            check_pattern_line(pattern, target=record.target)
         started = time.monotonic()
 
         def result(rec: TaskRecord, outcome: WaitOutcome, matched: str | None = None) -> TaskWaitResult:

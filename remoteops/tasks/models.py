@@ -5,14 +5,16 @@ Its errors are in :mod:`remoteops.tasks.errors`.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 __all__ = [
+    "TASK_ID_PATTERN",
     "CancelStep",
     "TaskCancelResult",
     "TaskHealth",
+    "TaskId",
     "TaskInfo",
     "TaskMode",
     "TaskOutput",
@@ -23,6 +25,10 @@ __all__ = [
     "TaskWaitResult",
     "WaitOutcome",
 ]
+
+TASK_ID_PATTERN = r"^t-[0-9a-f]{16}$"
+TaskId = Annotated[str, Field(pattern=TASK_ID_PATTERN, description="A task ID as returned by task_start.")]
+"""A task's ID (it also names the task's directory on the target)."""
 
 TaskState = Literal["starting", "running", "exited", "cancelled", "lost", "failed"]
 FINISHED: frozenset[str] = frozenset({"exited", "cancelled", "lost", "failed"})
@@ -63,7 +69,7 @@ class TaskRecord(BaseModel):
 
     model_config = _FROZEN
 
-    id: str = Field(pattern=r"^t-[0-9a-f]{16}$")  # also names a directory that retention removes
+    id: TaskId  # also names a directory that retention removes
     target: str
     argv: tuple[str, ...] | None = None
     shell: str | None = None

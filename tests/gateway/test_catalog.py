@@ -29,7 +29,7 @@ async def _echo(_: ToolContext, args: _In) -> _Out:
     return _Out(echoed=args.value)
 
 
-def _spec(name: str, toolset: Any) -> ToolSpec[Any, Any]:
+def _spec(name: str, toolset: Any) -> ToolSpec[Any, Any, Any]:
     return ToolSpec(
         name=name,
         title=name,

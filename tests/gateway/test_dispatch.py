@@ -27,7 +27,7 @@ async def _boom(_: ToolContext, __: _BoomIn) -> _BoomOut:
     raise RuntimeError("kaboom with a stack")
 
 
-BOOM: ToolSpec[Any, Any] = ToolSpec(
+BOOM: ToolSpec[Any, Any, Any] = ToolSpec(
     name="test_boom",
     title="boom",
     description="raises.",
