@@ -28,6 +28,7 @@ from .codec import (
     RESULT,
     STAT,
     WRITE,
+    _short,
     encode,
     wire_bytes,
     wire_text,
@@ -403,7 +404,3 @@ def _file_answer(request_id: int, kind: int, meta: dict[str, Any], data: bytes) 
         return encode(request_id, ERROR, {"code": "bad_request", "message": _short(exc)})
     except Exception as exc:  # a defect, never a crash: a short "type: message", no traceback
         return encode(request_id, ERROR, {"code": "internal", "message": _short(exc)})
-
-
-def _short(exc: BaseException) -> str:
-    return (type(exc).__name__ + ": " + str(exc))[:300]

@@ -169,6 +169,11 @@ def encode(
     return HEADER.pack(body_length, request_id, kind, flags) + _META.pack(len(blob)) + blob + data
 
 
+def _short(exc: BaseException) -> str:
+    """An exception as one short ``type: message`` (never a traceback)."""
+    return (type(exc).__name__ + ": " + str(exc))[:300]
+
+
 def _final_frame(blob: bytes, request_id: int) -> bool:
     """Whether ``blob`` is exactly one whole RESULT or ERROR frame of ``request_id`` (a worker's answer)."""
     if len(blob) < HEADER.size + _META.size:

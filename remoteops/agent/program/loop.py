@@ -28,6 +28,7 @@ from .codec import (
     PROTOCOL_MIN,
     RESULT,
     FrameReader,
+    _short,
     encode,
 )
 from .exec import _CONFIRM_FOR_S, _Exec
@@ -44,10 +45,6 @@ _BUILD = globals().get("__rog_build__")  # the SHA-256 the loader checked (None 
 def _log(message: str) -> None:
     with contextlib.suppress(OSError):
         os.write(2, ("rog-agent: " + message + "\n").encode("utf-8", "replace"))
-
-
-def _short(exc: BaseException) -> str:
-    return (type(exc).__name__ + ": " + str(exc))[:300]
 
 
 class _Agent:
