@@ -18,7 +18,9 @@ import pytest
 
 from remoteops._process import supervised_child
 from remoteops.agent import program as proto
+from remoteops.agent.boot import boot_command
 from tests.fixtures.procs import wait_gone
+from tests.fixtures.sshd import SshdInstance
 from tests.remoteops.test_agent_protocol import (
     BASE,
     PYTHONS,
@@ -336,3 +338,37 @@ async def test_a_bad_limit_and_a_cancel_of_a_file_request_are_answers(evil_file:
     codes: list[Any] = [(f[1], (f[3] or {}).get("code")) for f in (bad, cancelled)]
     assert codes == [(proto.ERROR, "bad_request"), (proto.ERROR, "cancelled")]
     assert ping_s < 1.0
+
+
+@pytest.mark.sshd
+async def test_a_descendant_the_agent_cannot_kill_is_named_in_the_result(sshd: SshdInstance) -> None:
+    """The agent runs as ro-sudo (its users come with the sshd fixture); ``sudo`` makes a root ``sleep``
+    that ignores SIGTERM and that ro-sudo may not SIGKILL: ``killed`` is false and the result names it."""
+    source, _ = proto.agent_source()
+    argv = [
+        "runuser",
+        "-u",
+        sshd.users["sudo"],
+        "--",
+        "sh",
+        "-c",
+        "cd / && " + boot_command("/usr/bin/python3"),
+    ]
+    command = ["sudo", "-n", "sh", "-c", f"trap '' TERM; exec sleep {_S}7"]
+    try:
+        async with supervised_child(argv, stdin=subprocess.PIPE) as proc:
+            agent = Agent(proc)
+            await agent.send(source)
+            await _hello(agent)
+            meta = {**BASE, "argv": command, "limit_s": 1, "kill_s": 0.3}
+            await agent.send(proto.encode(1, proto.EXEC, meta))
+            result = await agent.final(1)
+            left = _pids_with_cmdline(f"sleep\0{_S}7".encode())
+    finally:
+        _kill_sleeps(f"{_S}7")
+    assert result[3] is not None
+    assert (result[3]["timed_out"], result[3]["killed"]) == (True, False)
+    assert left != []
+    assert set(result[3]["survivors"]) >= set(left)
+    named = {p["pid"]: p["argv"] for p in result[3]["survivor_procs"]}
+    assert [named[pid] for pid in left] == [["sleep", f"{_S}7"]] * len(left)
