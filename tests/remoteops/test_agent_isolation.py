@@ -9,6 +9,7 @@ import os
 import random
 import signal
 import subprocess
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -372,3 +373,44 @@ async def test_a_descendant_the_agent_cannot_kill_is_named_in_the_result(sshd: S
     assert set(result[3]["survivors"]) >= set(left)
     named = {p["pid"]: p["argv"] for p in result[3]["survivor_procs"]}
     assert [named[pid] for pid in left] == [["sleep", f"{_S}7"]] * len(left)
+
+
+def _copied(moved: Path) -> tuple[int, int, bytes, float, str, int]:
+    x = moved / "x"
+    return (moved.stat().st_mode & 0o777, x.stat().st_mode & 0o777, x.read_bytes(), x.stat().st_mtime,
+            os.readlink(moved / "link"), (moved / "pipe").stat().st_mode & 0o170777)  # fmt: skip
+
+
+def _deep_source(top: Path, other: Path) -> None:
+    if other.stat().st_dev == top.parent.stat().st_dev:
+        pytest.skip("/dev/shm is on the same filesystem as the test directory here")
+    top.mkdir()
+    _deep_chain(top, 3000)
+    (top / "x").write_bytes(b"payload")
+    (top / "x").chmod(0o604)
+    os.mkfifo(top / "pipe")
+    (top / "pipe").chmod(0o620)
+    (top / "link").symlink_to("x")
+    os.utime(top / "x", (1_000_000, 2_000_000))
+    top.chmod(0o751)
+
+
+async def test_a_3000_deep_tree_moves_across_filesystems_with_its_modes_and_times(tmp_path: Path) -> None:
+    other = Path(tempfile.mkdtemp(prefix="rogd-", dir="/dev/shm"))
+    top, moved = tmp_path / "deep", other / "deep"
+    try:
+        _deep_source(top, other)
+        async with local_agent("python3") as agent:
+            await _hello(agent)
+            meta = {"source": wire(top), "destination": wire(moved)}
+            await agent.send(proto.encode(1, proto.MOVE, meta))
+            answer = await agent.final(1)
+        with anyio.fail_after(60):
+            found = await anyio.run_process(["find", str(moved), "-name", "f", "-type", "f"])
+        assert answer[3] == {"cross_filesystem": True}, answer
+        assert not top.exists()
+        assert found.stdout.count(b"\n") == 1  # the file at the bottom, 3000 levels down
+        assert _copied(moved) == (0o751, 0o604, b"payload", 2_000_000, "x", 0o010620)
+    finally:
+        with anyio.fail_after(60):
+            await anyio.run_process(["rm", "-rf", str(top), str(other)], check=False)

@@ -228,7 +228,9 @@ def _copy_entry(name: str, kind: str, st: os.stat_result, src: int, dst: int) ->
         finally:
             os.close(fin)
     elif kind == "fifo":
-        os.mkfifo(name, stat.S_IMODE(st.st_mode), dir_fd=dst)
+        os.mkfifo(name, 0o600, dir_fd=dst)
+        os.chmod(name, stat.S_IMODE(st.st_mode), dir_fd=dst, follow_symlinks=False)  # the umask left out
+        os.utime(name, ns=times, dir_fd=dst, follow_symlinks=False)
     else:
         raise OSError(errno.EINVAL, "cannot copy a " + kind, name)
 
