@@ -267,21 +267,31 @@ def _tmp_pid(name: bytes) -> int | None:
     return int(pid)
 
 
+def _gone(pid: int) -> bool:
+    """Whether process ``pid`` has ended: not there, or a zombie (a file worker killed with its agent is
+    re-parented to whatever reaps orphans here, maybe late or never)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        return False  # another user's live process
+    try:
+        with open("/proc/" + str(pid) + "/stat", "rb") as fh:
+            stat = fh.read()
+    except OSError:
+        return False
+    return stat[stat.rfind(b")") + 2 :][:1] in (b"Z", b"X")
+
+
 def _sweep(directory: bytes) -> None:
-    """Remove temporary files a killed agent left in ``directory`` (their agent pid is gone)."""
+    """Remove temporary files a killed writer (a file worker, its pid in the name) left in ``directory``."""
     me = os.getpid()
     with contextlib.suppress(OSError), os.scandir(directory) as entries:
         for entry in entries:
             pid = _tmp_pid(entry.name)
-            if pid is None or pid == me:
-                continue
-            try:
-                os.kill(pid, 0)
-                continue  # that agent is alive (its write may be in progress)
-            except ProcessLookupError:
-                pass
-            except PermissionError:
-                continue  # another user's live process
+            if pid is None or pid == me or not _gone(pid):
+                continue  # that writer is alive (its write may be in progress)
             with contextlib.suppress(OSError):
                 if entry.stat(follow_symlinks=False).st_uid == os.geteuid():
                     os.unlink(entry.path)
