@@ -13,12 +13,10 @@ to the target's disk. Exit codes that tell the gateway why there is no agent:
 
 from __future__ import annotations
 
-import hashlib
 import shlex
-from functools import cache
-from pathlib import Path
 
 from remoteops._errors import ConnectError, TransportLost
+from remoteops.agent import program
 from remoteops.ssh.args import classify_ssh_failure
 
 __all__ = [
@@ -52,11 +50,9 @@ exec(compile(b,"rog-agent","exec"),{{"__name__":"__rog_agent__"}})
 """
 
 
-@cache
 def agent_source() -> tuple[bytes, str]:
-    """The agent program's bytes and their SHA-256 (hex)."""
-    source = Path(__file__).with_name("program.py").read_bytes()
-    return source, hashlib.sha256(source).hexdigest()
+    """The agent program's bytes and their SHA-256 (hex): the parts of ``agent.program`` joined."""
+    return program.agent_source()
 
 
 def boot_command(python: str = "python3") -> str:

@@ -60,6 +60,8 @@ class RemoteFiles:
     async def _call(
         self, target: str, kind: int, meta: dict[str, Any], data: bytes = b""
     ) -> tuple[dict[str, Any], bytes]:
+        # the agent's own bound (ERROR "timeout", its worker killed) ends the request before this ceiling
+        meta = {**meta, "limit_s": round(self._ceiling_s * 0.9, 3)}
         try:
             with anyio.fail_after(self._ceiling_s):
                 return await self._agent.agent_request(target, kind, meta, data)

@@ -7,7 +7,7 @@ import contextlib
 from collections.abc import Iterator
 from typing import Any
 
-from remoteops._errors import InvalidRequest, RemoteOpsError, TransportError
+from remoteops._errors import CommandTimeout, InvalidRequest, RemoteOpsError, TransportError
 from remoteops.agent import program as proto
 from remoteops.files.errors import (
     FileAccessDenied,
@@ -77,6 +77,10 @@ def failure(target: str, meta: dict[str, Any]) -> RemoteOpsError:
         return ProtectedPath(message, target=target, path=path, reason=str(meta.get("reason", "protected")))
     if code == "bad_request":
         return FileRequestInvalid(message, target=target, path=path)
+    if code == "timeout":  # the agent killed the request's worker at its bound: nothing of it runs on
+        limit = meta.get("limit_s")
+        limit_s = float(limit) if isinstance(limit, int | float) and not isinstance(limit, bool) else 0.0
+        return CommandTimeout(message, target=target, time_limit_s=limit_s, remote_killed=True)
     if code == "os":
         name = str(meta.get("errno", "EIO"))
         detail = f"{message}: {path}" if path else message

@@ -41,7 +41,11 @@ def gateway(sshd: SshdInstance, tmp_path_factory: pytest.TempPathFactory) -> Ite
 def test_root_commands_from_separate_inspector_sessions_share_one_uid_0_root_agent(
     inspector: InstalledTool, gateway: GatewayProcess, tmp_path: Path
 ) -> None:
-    probe = ["sh", "-c", 'id -u; echo "$PPID"']
+    probe = [
+        "sh",
+        "-c",
+        'id -u; read -r _ _ _ agent _ < /proc/$PPID/stat; echo "$agent"',
+    ]  # the uid and the agent's pid (the grandparent)
     first = _call(inspector, gateway, tmp_path, "remote_root_exec", target="sudo", argv=probe)
     second = _call(inspector, gateway, tmp_path, "remote_root_exec", target="sudo", argv=probe)
     uid, agent = first["stdout"].split()

@@ -30,7 +30,12 @@ async def test_remote_root_exec_with_the_root_agent_runs_on_one_uid_0_agent_that
         "tools": {"toolsets": ["inspect", "execute", "root"]},
     }
     async with gateway_client(**settings) as (client, rt):
-        results = [await _root_exec(client, ["sh", "-c", 'id -u; echo "$PPID"']) for _ in range(3)]
+        results = [
+            await _root_exec(
+                client, ["sh", "-c", 'id -u; read -r _ _ _ agent _ < /proc/$PPID/stat; echo "$agent"']
+            )
+            for _ in range(3)
+        ]
         state = rt.remote.stats().carriers["sudo"]
     root_agent = state.root_agent_pid
     assert root_agent is not None

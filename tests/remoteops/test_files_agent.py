@@ -16,6 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from remoteops.agent import program as proto
+from remoteops.agent.program.files import _LinePicker
 from tests.remoteops.test_agent_protocol import PYTHONS, Agent, Frame, _hello, local_agent
 
 pytestmark = pytest.mark.anyio
@@ -250,7 +251,7 @@ def _reference_lines(data: bytes, start: int, count: int | None, cap: int) -> tu
 def test_a_line_read_answers_what_a_plain_split_gives_however_the_file_arrives_in_chunks(
     data: bytes, start: int, count: int | None, cap: int, cuts: list[int]
 ) -> None:
-    picker = proto._LinePicker(start, count, cap)
+    picker = _LinePicker(start, count, cap)
     position = 0
     for size in [*cuts, len(data)]:
         picker.feed(data[position : position + size])

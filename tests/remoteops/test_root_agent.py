@@ -39,7 +39,8 @@ from tests.remoteops.conftest import wait_for_line
 
 pytestmark = [pytest.mark.anyio, pytest.mark.sshd]
 
-ID_AND_PARENT = ["sh", "-c", 'id -u; echo "$PPID"']
+# the uid and the agent's pid (the command's parent is its call's supervisor, a child of the agent)
+ID_AND_PARENT = ["sh", "-c", 'id -u; read -r _ _ _ agent _ < /proc/$PPID/stat; echo "$agent"']
 engine = docker_test.engine  # the real container engine (or the skip saying why none runs here)
 
 
