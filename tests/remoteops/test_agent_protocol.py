@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from remoteops import TransportError
 from remoteops._process import supervised_child
 from remoteops.agent import program as proto
-from remoteops.agent.boot import EXIT_CHECKSUM, agent_source, boot_command
+from remoteops.agent.boot import EXIT_CHECKSUM, StartScanner, new_boot
 from remoteops.agent.exec import raw_result
 from tests.fixtures.procs import pid_runs
 
@@ -43,8 +43,9 @@ BASE = {"limit_s": 10, "kill_s": 1, "head": 4096, "tail": 4096, "env": {}, "mark
 
 
 class Agent:
-    def __init__(self, proc: anyio.abc.Process) -> None:
+    def __init__(self, proc: anyio.abc.Process, marker: bytes) -> None:
         self.proc = proc
+        self.start = StartScanner(marker)  # the loader's start marker precedes the frames
         self.reader = proto.FrameReader()
         self.frames: list[Frame] = []
 
@@ -61,15 +62,15 @@ class Agent:
                     if frame[0] == rid and frame[1] in (proto.RESULT, proto.ERROR, proto.HELLO):
                         self.frames.remove(frame)
                         return frame
-                self.frames += self.reader.feed(await self.proc.stdout.receive(65536))
+                self.frames += self.reader.feed(self.start.feed(await self.proc.stdout.receive(65536)))
 
 
 @asynccontextmanager
 async def local_agent(python: str, *, source: bytes | None = None) -> AsyncIterator[Agent]:
-    real, _ = agent_source()
-    async with supervised_child(["sh", "-c", boot_command(python)], stdin=subprocess.PIPE) as proc:
-        agent = Agent(proc)
-        await agent.send(source if source is not None else real)
+    boot = new_boot()
+    async with supervised_child(["sh", "-c", boot.command(python)], stdin=subprocess.PIPE) as proc:
+        agent = Agent(proc, boot.marker)
+        await agent.send(source if source is not None else boot.source)
         yield agent
 
 
@@ -234,7 +235,7 @@ async def test_a_kill_never_reaches_a_process_outside_the_agents_tree_even_with_
 
 
 async def test_the_loader_refuses_bytes_that_are_not_the_agent() -> None:
-    real, _ = agent_source()
+    real = new_boot().source
     tampered = real.replace(b"PROTOCOL_MAX = 1", b"PROTOCOL_MAX = 9")
     assert len(tampered) == len(real)
     async with local_agent("python3", source=tampered) as agent:
