@@ -20,7 +20,7 @@ from pathlib import Path
 import anyio
 import pytest
 
-from remoteops import RemoteOps, TargetSpec, TransportLost, TransportSettings
+from remoteops import PrivilegeSettings, RemoteOps, TargetSpec, TransportLost, TransportSettings
 from remoteops.agent import boot
 from remoteops.agent import program as proto
 from tests.fixtures.procs import pid_runs, processes_mentioning, wait_gone
@@ -190,3 +190,27 @@ async def test_an_agent_of_another_build_is_replaced_by_the_next_call(
     assert after.agent_build == hashlib.sha256(changed).hexdigest()
     assert after.agent_pid != before.agent_pid
     assert after.channels_started == 2
+
+
+@pytest.mark.usefixtures("ping_agent")
+async def test_a_stopped_root_agent_is_killed_as_root_and_the_next_root_command_gets_a_fresh_one(
+    sshd: SshdInstance,
+) -> None:
+    settings = TransportSettings.model_validate(
+        {"ssh_config_file": sshd.ssh_config, "control_dir": sshd.control_dir, "carrier": "agent", **FAST}
+    )
+    id_and_parent = ["sh", "-c", 'id -u; echo "$PPID"']
+    targets = [TargetSpec(name="sudo", host=sshd.alias("sudo"))]
+    async with RemoteOps(settings, targets, privilege=PrivilegeSettings(agent=True)) as ops:
+        with anyio.fail_after(60):
+            await ops.run("sudo", ["true"], privilege="root")
+            old = ops.stats().carriers["sudo"].root_agent_pid
+            assert old is not None
+            with _stopped(old):
+                await wait_gone(old)  # uid 0: killed through the same provider (sudo -n)
+            after = await ops.run("sudo", id_and_parent, privilege="root")
+            state = ops.stats().carriers["sudo"]
+    assert state.root_agent_pid not in (None, old)
+    assert after.stdout == f"0\n{state.root_agent_pid}\n"
+    assert state.agents_stuck == 1
+    assert state.root_channels_started == 2
