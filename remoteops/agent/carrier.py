@@ -21,8 +21,8 @@ by its channel's liveness probe (``liveness``) is killed on the target (``kill -
 command over the master, bounded) and replaced at once; its calls in flight ended as ``TransportLost``.
 Host-key, auth and connect failures come from the same pool and classification as the ssh carrier.
 
-Per target one :class:`_Target` holds everything: its user agent's :class:`_Slot`, its root agent's, and
-the background boot of the user agent.
+Per target one :class:`~remoteops.agent.slots.TargetAgents` holds everything: its user agent's ``Slot``,
+its root agent's, and the background boot of the user agent.
 
 Privileged requests (``request.escalation``) go over ssh behind their provider, unless the operator enabled
 the root agent (``PrivilegeSettings.agent``): then a separate per-target root agent channel, started through
@@ -36,7 +36,6 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import Awaitable, Callable, Iterator
-from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 import anyio
@@ -49,6 +48,7 @@ from remoteops._settings import CarrierMode, TargetSpec, TransportSettings
 from remoteops.agent.boot import AgentUnavailable, MasterGone, current_build
 from remoteops.agent.channel import AgentChannel, AgentRefused, ChannelGone
 from remoteops.agent.exec import KillReport
+from remoteops.agent.slots import KILL_LIMIT_S, Slot, TargetAgents, carrier_state, stuck_kill
 from remoteops.privilege.errors import PrivilegeError
 from remoteops.privilege.wire import Escalation, OneTimeSecret
 from remoteops.ssh.carrier import SshProcessCarrier
@@ -62,37 +62,6 @@ _FRESH_CHANNEL_TRIES = 3
 _ROOT_MIN_SLOTS = 3  # a root agent leaves a slot for ssh calls beside the user agent
 _BOOT_TRIES = 4  # starts of one channel the master may refuse (a burst holding its sessions) before giving up
 _BOOT_BACKOFF_S = 0.1  # doubled after each refusal
-_KILL_LIMIT_S = 5.0
-# the stuck agent, only if that pid still is this agent (its loader's argv holds the boot's nonce)
-_KILL_STUCK = (
-    'if [ -r "/proc/$1/cmdline" ]; then grep -qa -- "$2" "/proc/$1/cmdline" || exit 0; fi; kill -KILL "$1"'
-)
-
-
-@dataclass
-class _Slot:
-    """One agent of a target (its user agent, or its root agent) and what the carrier knows of it."""
-
-    channel: AgentChannel | None = None
-    lock: anyio.Lock = field(default_factory=anyio.Lock)  # single flight: one start at a time
-    failure: tuple[float, BaseException] | None = None  # the last start's failure, shared by its waiters
-    started: int = 0
-    used: CarrierName | None = None  # the carrier of its last command
-    fallback: str | None = None  # why its commands use ssh
-
-    def live(self) -> AgentChannel | None:
-        channel = self.channel
-        return channel if channel is not None and channel.usable else None
-
-
-@dataclass
-class _Target:
-    user: _Slot = field(default_factory=_Slot)
-    root: _Slot = field(default_factory=_Slot)
-    booting: anyio.Event | None = None  # the user agent's background boot, set when it ended
-    boot_failed: float | None = None
-    boot_error: str | None = None
-    stuck: int = 0  # agents found stuck by their liveness probe (killed and replaced)
 
 
 class _UseSsh(Exception):
@@ -111,17 +80,17 @@ class AgentCarrier:
         self._pool = pool
         self._tg = task_group
         self._ssh = ssh
-        self._targets: dict[str, _Target] = {}
+        self._targets: dict[str, TargetAgents] = {}
         self._closing = False
         pool.reclaim = self._reclaim_idle
 
-    def _of(self, name: str) -> _Target:
+    def _of(self, name: str) -> TargetAgents:
         target = self._targets.get(name)
         if target is None:
-            target = self._targets[name] = _Target()
+            target = self._targets[name] = TargetAgents()
         return target
 
-    def _channels(self) -> Iterator[tuple[_Slot, AgentChannel]]:
+    def _channels(self) -> Iterator[tuple[Slot, AgentChannel]]:
         """Every channel with its slot: the user agents' first, then the root agents'."""
         slots = [t.user for t in self._targets.values()] + [t.root for t in self._targets.values()]
         for slot in slots:
@@ -134,7 +103,7 @@ class AgentCarrier:
 
     def current(self, target: TargetSpec) -> CarrierName | None:
         """The carrier the target's next command takes (None: not decided yet)."""
-        user = self._targets.get(target.name, _Target()).user
+        user = self._targets.get(target.name, TargetAgents()).user
         if self.mode(target) == "ssh" or user.fallback is not None:
             return "ssh"
         if user.live() is not None:
@@ -142,26 +111,8 @@ class AgentCarrier:
         return user.used
 
     def state(self, target: TargetSpec) -> CarrierState:
-        t = self._targets.get(target.name, _Target())
-        channel, root = t.user.live(), t.root.live()
-        reason = t.user.fallback or t.boot_error
-        if self.mode(target) == "ssh":
-            reason = "carrier = ssh"
-        return CarrierState(
-            mode=self.mode(target),
-            carrier=self.current(target),
-            reason=reason,
-            agent_alive=channel is not None,
-            agent_pid=channel.pid if channel is not None else None,
-            agent_python=str(channel.info.get("python")) if channel is not None else None,
-            agent_build=channel.build if channel is not None else None,
-            channels_started=t.user.started,
-            requests_in_flight=channel.inflight if channel is not None else 0,
-            agents_stuck=t.stuck,
-            root_carrier=t.root.used,
-            root_agent_pid=root.pid if root is not None else None,
-            root_agent_build=root.build if root is not None else None,
-            root_channels_started=t.root.started,
+        return carrier_state(
+            self.mode(target), self.current(target), self._targets.get(target.name, TargetAgents())
         )
 
     def forget(self, name: str) -> None:
@@ -187,7 +138,7 @@ class AgentCarrier:
         async def open_() -> AgentChannel:
             if background:
                 ready = await self._ready_channel(target, identity)
-                if ready is None:  # the agent boots in the background; this call does not wait for it
+                if ready is None:  # the agent boots in the background (or could not boot in time)
                     raise _UseSsh
                 return ready
             try:
@@ -469,7 +420,7 @@ class AgentCarrier:
         target: TargetSpec,
         identity: TargetIdentity,
         key: str,
-        slot: _Slot,
+        slot: Slot,
         escalation: Escalation | None,
         secret: OneTimeSecret | None,
     ) -> AgentChannel:
@@ -501,7 +452,7 @@ class AgentCarrier:
         self,
         target: TargetSpec,
         identity: TargetIdentity,
-        slot: _Slot,
+        slot: Slot,
         channel: AgentChannel,
         *,
         task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
@@ -521,15 +472,11 @@ class AgentCarrier:
 
     async def _bury(self, target: TargetSpec, identity: TargetIdentity, channel: AgentChannel) -> None:
         """``kill -KILL`` the stuck agent on the target: one short command over the master, bounded, best
-        effort. A stopped agent cannot act on its stdin closing; left alone it would stay forever. A root
-        agent behind a password provider is left to its session's end (its password was used once)."""
-        pid = channel.pid
-        escalation = None if channel.root is None else channel.root.boot.escalation
-        if pid is None or (escalation is not None and escalation.needs_password):
+        effort. A stopped agent cannot act on its stdin closing; left alone it would stay forever."""
+        request = stuck_kill(channel)
+        if request is None:
             return
-        argv = ("sh", "-c", _KILL_STUCK, "rog-kill", str(pid), channel.boot.nonce)
-        request = ExecRequest(argv=argv, time_limit_s=_KILL_LIMIT_S, escalation=escalation)
-        with anyio.move_on_after(_KILL_LIMIT_S + self._settings.connect_timeout_s + _LOCAL_GRACE_S):
+        with anyio.move_on_after(KILL_LIMIT_S + self._settings.connect_timeout_s + _LOCAL_GRACE_S):
             # a background task must not end RemoteOps: a failed kill leaves the agent to its session's end
             with contextlib.suppress(Exception):
                 await self._ssh.execute(target, identity, request)

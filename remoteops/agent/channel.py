@@ -47,6 +47,7 @@ __all__ = ["AgentChannel", "AgentRefused", "ChannelGone"]
 
 _READ_CHUNK = 256 * 1024
 _STDIN_CHUNK = 256 * 1024
+_WRITE_CHUNK = 256 * 1024  # a big batch is written in parts: each part taken is a sign of the agent's life
 _CANCEL_GRACE_S = 1.0
 _CANCEL_WAIT_S = _CANCEL_GRACE_S + 4.0
 _CLOSE_WAIT_S = 3.0
@@ -383,8 +384,9 @@ class AgentChannel:
             await self._taken.wait()  # shared by every waiting sender: the writer wakes them all
 
     async def _write(self, proc: anyio.abc.Process) -> None:
-        """The one writer: everything queued since its last write goes out in one write (bursts of
-        requests cost one syscall, one ssh channel packet and one read by the agent, not one each)."""
+        """The one writer: everything queued since its last write goes out in one write, in 256 KiB parts
+        when big (bursts of requests cost one syscall, one ssh channel packet and one read by the agent,
+        not one each)."""
         try:
             if proc.stdin is None:
                 return
@@ -404,8 +406,11 @@ class AgentChannel:
                     parts.append(data)
                 taken, self._taken = self._taken, anyio.Event()
                 taken.set()
-                if parts:
-                    await proc.stdin.send(b"".join(parts))
+                data = b"".join(parts)
+                for offset in range(0, len(data), _WRITE_CHUNK):
+                    await proc.stdin.send(data[offset : offset + _WRITE_CHUNK])
+                    if self.liveness is not None:  # the agent takes what it is sent: its loop runs
+                        self.liveness.heard()
         except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
             pass
         finally:

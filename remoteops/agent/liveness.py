@@ -2,7 +2,8 @@
 
 A channel whose agent lists ``PING`` in its HELLO ``kinds`` is probed on its own schedule, idle or busy (as
 the upstream relay's liveness does): whenever ``agent_probe_s`` passed without any byte from the agent, a
-PING goes out, and it must be answered within ``agent_lost_after_s`` — else the channel is declared lost
+PING goes out, and it must be answered within ``agent_lost_after_s`` (counted from the last sign of life:
+bytes read from the agent, or bytes of a long write it keeps taking) — else the channel is declared lost
 (``lose``), so the requests in flight end at once as ``TransportLost`` (never re-sent) and the carrier
 replaces the agent. A busy agent answers PINGs from its loop while its commands run; only a stopped or
 wedged one (or one stuck for the whole bound in one synchronous file primitive) stays silent.
@@ -75,9 +76,7 @@ class Liveness:
                 continue
             self._wanted = anyio.Event()
             self.probes += 1
-            answered = False
-            with anyio.move_on_after(self._bound) as bound:
-                answered = await self._ping()
+            answered = await self._probe()
             round_, self._round = self._round, anyio.Event()
             if answered:
                 self.heard()
@@ -85,6 +84,29 @@ class Liveness:
                 continue
             self.stop()
             round_.set()
-            if bound.cancelled_caught:  # silent for the whole bound: stuck (else it died on its own)
+            if answered is None:  # silent for the whole bound: stuck (else it died on its own)
                 self._lose()
             return
+
+    async def _probe(self) -> bool | None:
+        """One PING: True answered, False the channel died, None nothing heard for the whole bound. The
+        bound runs from the later of the probe's start and the last sign of life (a long write the agent
+        keeps reading is one), so a probe queued behind a big payload is not taken for silence."""
+        sent = anyio.current_time()
+        outcome: list[bool] = []
+        done = anyio.Event()
+
+        async def ping() -> None:
+            outcome.append(await self._ping())
+            done.set()
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(ping)
+            while not done.is_set():
+                deadline = max(sent, self.last_heard) + self._bound
+                if anyio.current_time() >= deadline:
+                    break
+                with anyio.move_on_after(deadline - anyio.current_time()):
+                    await done.wait()
+            tg.cancel_scope.cancel()
+        return outcome[0] if outcome else None
