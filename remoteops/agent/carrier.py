@@ -440,6 +440,9 @@ class AgentCarrier:
             slot.failure = None
             slot.channel = channel
             slot.started += 1
+            t = self._of(target.name)
+            if slot is t.user:  # whoever started it, the target's agent is up: no boot failure to report
+                t.boot_failed = t.boot_error = None
             return channel
         raise ConnectError(
             f"the master refused the agent session {_BOOT_TRIES} times",
