@@ -42,6 +42,7 @@ __all__ = [
     "MasterGone",
     "StartScanner",
     "agent_source",
+    "boot_command",
     "boot_failure",
     "current_build",
     "new_boot",
@@ -109,6 +110,12 @@ def new_boot() -> AgentBoot:
     """A fresh start of the current agent (a new nonce each time)."""
     source, build = agent_source()
     return AgentBoot(source=source, build=build, nonce=secrets.token_hex(16))
+
+
+def boot_command(python: str = "python3") -> str:
+    """The remote command line of a fresh start of the current agent (its marker unknown to the caller:
+    the channel uses :func:`new_boot`, which keeps it)."""
+    return new_boot().command(python)
 
 
 class StartScanner:

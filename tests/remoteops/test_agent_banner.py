@@ -17,8 +17,9 @@ from hypothesis import strategies as st
 from remoteops import RemoteOps, TargetSpec, TransportSettings
 from remoteops._process import supervised_child
 from remoteops.agent import program as proto
-from remoteops.agent.boot import AgentBoot, StartScanner, current_build, new_boot
+from remoteops.agent.boot import AgentBoot, StartScanner, boot_command, current_build, new_boot
 from tests.fixtures.sshd import SshdInstance
+from tests.remoteops.test_agent_protocol import Agent, _hello
 
 pytestmark = pytest.mark.anyio
 
@@ -119,3 +120,14 @@ def test_the_scanner_returns_exactly_what_follows_the_marker_however_the_stream_
     assert scanner.started
     assert out == stream[stream.find(marker) + len(marker) :]  # the first marker: the loader's own
     assert out.endswith(payload)
+
+
+async def test_boot_command_starts_the_agent_behind_a_marker_of_its_own() -> None:
+    source = new_boot().source
+    async with supervised_child(["sh", "-c", "echo noise; " + boot_command()], stdin=subprocess.PIPE) as proc:
+        agent = Agent(proc)  # finds the marker line whatever its nonce
+        await agent.send(source)
+        frame = await _hello(agent)
+    assert frame[1] == proto.HELLO
+    assert frame[3] is not None
+    assert frame[3]["pid"] > 0

@@ -42,10 +42,35 @@ MARKER = "0123456789abcdef"
 BASE = {"limit_s": 10, "kill_s": 1, "head": 4096, "tail": 4096, "env": {}, "marker": MARKER}
 
 
+class _AnyStart:
+    """Drops stdout up to the loader's start marker line whatever its nonce (for ``boot_command()``, whose
+    marker the caller does not know; a local ``sh -c`` prints nothing else before it)."""
+
+    def __init__(self) -> None:
+        self._held = b""
+        self._started = False
+
+    def feed(self, chunk: bytes) -> bytes:
+        if self._started:
+            return chunk
+        self._held += chunk
+        index = self._held.find(MARKER_PREFIX)
+        if index < 0 or len(self._held) < index + MARKER_LEN:
+            return b""
+        self._started = True
+        rest, self._held = self._held[index + MARKER_LEN :], b""
+        return rest
+
+
+MARKER_LEN = len(new_boot().marker)
+MARKER_PREFIX = new_boot().marker[:5]
+
+
 class Agent:
-    def __init__(self, proc: anyio.abc.Process, marker: bytes) -> None:
+    def __init__(self, proc: anyio.abc.Process, marker: bytes | None = None) -> None:
         self.proc = proc
-        self.start = StartScanner(marker)  # the loader's start marker precedes the frames
+        # the loader's start marker precedes the frames
+        self.start = StartScanner(marker) if marker is not None else _AnyStart()
         self.reader = proto.FrameReader()
         self.frames: list[Frame] = []
 
