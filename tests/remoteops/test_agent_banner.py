@@ -124,8 +124,8 @@ def test_the_scanner_returns_exactly_what_follows_the_marker_however_the_stream_
 
 async def test_boot_command_starts_the_agent_behind_a_marker_of_its_own() -> None:
     source = new_boot().source
-    async with supervised_child(["sh", "-c", "echo noise; " + boot_command()], stdin=subprocess.PIPE) as proc:
-        agent = Agent(proc)  # finds the marker line whatever its nonce
+    async with supervised_child(["sh", "-c", boot_command()], stdin=subprocess.PIPE) as proc:
+        agent = Agent(proc)  # drops the marker line whatever its nonce
         await agent.send(source)
         frame = await _hello(agent)
     assert frame[1] == proto.HELLO
