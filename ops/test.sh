@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The README's test command: installs what the suite needs, then lints, type-checks and runs every test.
 #   - Debian packages (when root and apt-get exist): openssh-server rsync sudo tmux procps iproute2,
+#     zsh (a login shell of the sshd fixture's banner users),
 #     chromium (the real browser the password entry page is tested with), podman and runc (docker_host_root;
 #     runc where crun cannot run here; the test skips with the engine's own errors where no container can run),
 #     and the shell linter shellcheck (for the remote sh programs, remoteops/*/sh/*.sh)
@@ -9,7 +10,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-pkgs="openssh-server openssh-client rsync sudo tmux procps iproute2 chromium podman runc shellcheck"
+pkgs="openssh-server openssh-client rsync sudo tmux procps iproute2 zsh chromium podman runc shellcheck"
 if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
   missing=""
   for p in $pkgs; do

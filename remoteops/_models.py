@@ -83,6 +83,7 @@ class Capabilities(BaseModel):
     rsync_version: str | None = None  # the target's ``rsync --version`` (``3.2.7``), when rsync is there
     probed_at: float  # epoch seconds
     carrier: Literal["agent", "ssh"] | None = None  # how commands reach the target now (see CarrierState)
+    agent_build: str | None = None  # the build id of the target's live agent (see CarrierState)
 
     @property
     def absent(self) -> list[str]:
@@ -113,10 +114,13 @@ class CarrierState(BaseModel):
     agent_alive: bool = False
     agent_pid: int | None = None  # on the target
     agent_python: str | None = None
+    agent_build: str | None = None  # the live agent's build id (SHA-256 of its program, from its HELLO)
     channels_started: int = 0
     requests_in_flight: int = 0
+    agents_stuck: int = 0  # agents found stuck by the liveness probe (each killed and replaced)
     root_carrier: Literal["agent", "ssh"] | None = None  # how the last root command was carried
     root_agent_pid: int | None = None  # the live root agent on the target (``[root] agent = true``)
+    root_agent_build: str | None = None
     root_channels_started: int = 0
 
 

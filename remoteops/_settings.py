@@ -48,6 +48,10 @@ class TransportSettings(BaseModel):
     capability_ttl_s: float = Field(default=120, ge=0)
     carrier: CarrierMode = "auto"
     agent_idle_s: float = Field(default=300, gt=0)  # an agent channel with nothing in flight is closed after
+    # liveness (remoteops/agent/liveness.py): an agent not heard from for agent_probe_s is sent a PING; one
+    # unanswered for agent_lost_after_s is stuck: its calls end as transport_lost, it is killed and replaced
+    agent_probe_s: float = Field(default=5, gt=0)
+    agent_lost_after_s: float = Field(default=15, gt=0)
 
 
 class TargetSpec(BaseModel):

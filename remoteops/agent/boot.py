@@ -1,10 +1,19 @@
 """How the agent gets onto a target: a tiny loader given to ``python3 -c`` reads the agent from stdin.
 
-The remote command is ``exec python3 -I -S -c LOADER SIZE SHA256`` (rendered with ``shlex.join``, like every
-command remoteops runs): ``-I -S`` keep the target's environment variables, user site-packages and
+The remote command is ``exec python3 -I -S -c LOADER SIZE SHA256 NONCE`` (rendered with ``shlex.join``, like
+every command remoteops runs): ``-I -S`` keep the target's environment variables, user site-packages and
 ``.pth`` files out of the agent. The loader checks the Python version, reads exactly SIZE bytes from fd 0
-(no read-ahead: the first frame follows directly), checks their SHA-256 and runs them. Nothing is written
-to the target's disk. Exit codes that tell the gateway why there is no agent:
+(no read-ahead: the first frame follows directly), checks their SHA-256, writes the start marker line on
+stdout and runs them with ``__rog_build__`` = SHA256 (the agent's build id, reported in HELLO). Nothing is
+written to the target's disk.
+
+The start marker (:attr:`AgentBoot.marker`: ``\\x1eROGA`` + the first 32 hex digits of SHA-256(NONCE) +
+newline, NONCE fresh per boot) is derived from the nonce rather than equal to it, so no echo of the command
+line can contain it: whatever the login shell, its rc files, ``~/.ssh/rc`` or a banner print on stdout before
+it is discarded (:class:`StartScanner`), and the frames start right after it. Stderr is never parsed while the
+agent comes up; it only explains a session that ended before HELLO.
+
+Exit codes that tell the gateway why there is no agent:
 
 * 127 / 126 — the login shell found no (executable) ``python3``;
 * ``EXIT_TOO_OLD`` — Python older than 3.8; ``EXIT_SHORT`` — stdin ended early; ``EXIT_CHECKSUM`` — the
@@ -13,7 +22,10 @@ to the target's disk. Exit codes that tell the gateway why there is no agent:
 
 from __future__ import annotations
 
+import hashlib
+import secrets
 import shlex
+from dataclasses import dataclass, field
 
 from remoteops._errors import ConnectError, TransportLost
 from remoteops.agent import program
@@ -24,29 +36,36 @@ __all__ = [
     "EXIT_SHORT",
     "EXIT_TOO_OLD",
     "LOADER",
+    "AgentBoot",
     "AgentUnavailable",
     "MasterGone",
+    "StartScanner",
     "agent_source",
     "boot_command",
     "boot_failure",
+    "current_build",
+    "new_boot",
 ]
 
 EXIT_SHORT = 90
 EXIT_CHECKSUM = 91
 EXIT_TOO_OLD = 92
+_MARKER_PREFIX = b"\x1eROGA"
+_MARKER_DIGITS = 32
 
 LOADER = f"""import os,sys,hashlib
 if sys.version_info<(3,8):
  sys.stderr.write("rog-agent: Python >= 3.8 is needed, not "+sys.version.split()[0]+"\\n")
  sys.exit({EXIT_TOO_OLD})
-n=int(sys.argv[1]);b=b""
+n=int(sys.argv[1]);h=sys.argv[2];b=b""
 while len(b)<n:
  c=os.read(0,n-len(b))
  if not c:sys.exit({EXIT_SHORT})
  b+=c
-if hashlib.sha256(b).hexdigest()!=sys.argv[2]:
+if hashlib.sha256(b).hexdigest()!=h:
  sys.stderr.write("rog-agent: checksum mismatch\\n");sys.exit({EXIT_CHECKSUM})
-exec(compile(b,"rog-agent","exec"),{{"__name__":"__rog_agent__"}})
+os.write(1,b"\\x1eROGA"+hashlib.sha256(sys.argv[3].encode()).hexdigest()[:{_MARKER_DIGITS}].encode()+b"\\n")
+exec(compile(b,"rog-agent","exec"),{{"__name__":"__rog_agent__","__rog_build__":h}})
 """
 
 
@@ -55,10 +74,72 @@ def agent_source() -> tuple[bytes, str]:
     return program.agent_source()
 
 
+def current_build() -> str:
+    """The build id (SHA-256 hex) of the agent this gateway sends now; a running agent of another build is
+    replaced."""
+    return agent_source()[1]
+
+
+@dataclass(frozen=True)
+class AgentBoot:
+    """One agent start: the program's bytes, their build id and the nonce its start marker is made of."""
+
+    source: bytes = field(repr=False)
+    build: str
+    nonce: str
+
+    def argv(self, python: str = "python3") -> list[str]:
+        """The loader's argv (the user agent ``exec``\\s it; the root agent puts it behind its provider)."""
+        return [python, "-I", "-S", "-c", LOADER, str(len(self.source)), self.build, self.nonce]
+
+    def command(self, python: str = "python3") -> str:
+        """The remote command line that starts the agent (the login shell parses it)."""
+        return shlex.join(["exec", *self.argv(python)])
+
+    @property
+    def marker(self) -> bytes:
+        """The line the loader writes on stdout right before the agent starts."""
+        digest = hashlib.sha256(self.nonce.encode()).hexdigest()[:_MARKER_DIGITS]
+        return _MARKER_PREFIX + digest.encode() + b"\n"
+
+
+def new_boot() -> AgentBoot:
+    """A fresh start of the current agent (a new nonce each time)."""
+    source, build = agent_source()
+    return AgentBoot(source=source, build=build, nonce=secrets.token_hex(16))
+
+
 def boot_command(python: str = "python3") -> str:
-    """The remote command line that starts the agent (the login shell parses it)."""
-    source, digest = agent_source()
-    return shlex.join(["exec", python, "-I", "-S", "-c", LOADER, str(len(source)), digest])
+    """The remote command line of a fresh start of the current agent (its marker unknown to the caller:
+    the channel uses :func:`new_boot`, which keeps it)."""
+    return new_boot().command(python)
+
+
+class StartScanner:
+    """Finds the start marker in the agent session's stdout: what comes before it (login-shell output,
+    banners) is dropped, whatever its size; only the marker's length minus one byte is ever kept."""
+
+    def __init__(self, marker: bytes) -> None:
+        self._marker = marker
+        self._held = b""
+        self.started = False
+        self.discarded = 0  # bytes of stdout noise dropped before the marker
+
+    def feed(self, chunk: bytes) -> bytes:
+        """The bytes of ``chunk`` that follow the marker (b"" while it has not been seen)."""
+        if self.started:
+            return chunk
+        data = self._held + chunk
+        index = data.find(self._marker)
+        if index < 0:
+            keep = len(self._marker) - 1
+            self.discarded += max(0, len(data) - keep)
+            self._held = data[-keep:]
+            return b""
+        self.started = True
+        self.discarded += index
+        self._held = b""
+        return data[index + len(self._marker) :]
 
 
 class AgentUnavailable(Exception):

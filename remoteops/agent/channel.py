@@ -1,10 +1,12 @@
 """One live agent session on one target: boot it, multiplex requests over it, notice when it dies.
 
 The session is an OpenSSH client (a mux client of the target's master, or a one-shot connection when the
-pool has none) running ``_agent_boot.boot_command()``; it holds one channel slot of the pool for its whole
-life. :meth:`AgentChannel.run` is its life as a task (``task_group.start``): it returns control once the
-agent answered HELLO, then serves until it is closed, goes idle for ``agent_idle_s`` or dies. Everything it
-started is reaped through ``supervised_child``.
+pool has none) running a fresh :class:`~remoteops.agent.boot.AgentBoot`'s command; it holds one channel slot
+of the pool for its whole life. :meth:`AgentChannel.run` is its life as a task (``task_group.start``): it
+returns control once the agent answered HELLO (stdout before the loader's start marker is dropped: login
+banners), then serves until it is closed, goes idle for ``agent_idle_s``, dies, or is found stuck by its
+liveness probe (``liveness``: then ``lost`` is set and the session ends at once). Everything it started is
+reaped through ``supervised_child``.
 
 Ambiguity is never resolved by re-sending: a request whose first byte was handed to the session and whose
 answer never came is ``TransportLost`` (``command_started`` True once the agent said STARTED); a request
@@ -32,8 +34,9 @@ from remoteops._models import TargetIdentity
 from remoteops._process import supervised_child
 from remoteops._settings import TargetSpec, TransportSettings
 from remoteops.agent import program as proto
-from remoteops.agent.boot import AgentUnavailable, MasterGone, agent_source, boot_command, boot_failure
+from remoteops.agent.boot import AgentUnavailable, MasterGone, StartScanner, boot_failure, new_boot
 from remoteops.agent.exec import KillReport, exec_meta, raw_result
+from remoteops.agent.liveness import Liveness
 from remoteops.agent.root import RootStart
 from remoteops.privilege.wire import Escalation, OneTimeSecret
 from remoteops.ssh.args import SshArgs
@@ -44,11 +47,13 @@ __all__ = ["AgentChannel", "AgentRefused", "ChannelGone"]
 
 _READ_CHUNK = 256 * 1024
 _STDIN_CHUNK = 256 * 1024
+_WRITE_CHUNK = 256 * 1024  # a big batch is written in parts: each part taken is a sign of the agent's life
 _CANCEL_GRACE_S = 1.0
 _CANCEL_WAIT_S = _CANCEL_GRACE_S + 4.0
 _CLOSE_WAIT_S = 3.0
 _BOOT_EXTRA_S = 10.0
 _HIGH_WATER = 1024 * 1024  # queued bytes beyond which senders wait for the writer
+PING: int = proto.PING  # answered RESULT {} by the agent's loop (listed in HELLO kinds)
 
 
 class ChannelGone(Exception):
@@ -95,8 +100,9 @@ class AgentChannel:
     ) -> None:
         self.target = target
         self.key = key
+        self.boot = new_boot()
         # a root agent (``_agent_root``): started through this provider, proved uid 0 in its HELLO
-        self.root = None if escalation is None else RootStart(escalation, secret)
+        self.root = None if escalation is None else RootStart(escalation, secret, self.boot)
         self.provider = None if self.root is None else self.root.provider
         self._settings = settings
         self._pool = pool
@@ -119,6 +125,8 @@ class AgentChannel:
         self.multiplexed = False
         self.master: Master | None = None
         self.info: dict[str, Any] = {}
+        self.liveness: Liveness | None = None  # None: the agent has no PING; never probed
+        self.lost = False  # found stuck by the liveness probe
         self.stderr = HeadTail(0, 4096)
         if self.root is not None:  # a password provider's prompt is watched for on stderr
             self.stderr = self.root.stderr(self.stderr)
@@ -133,16 +141,23 @@ class AgentChannel:
 
     async def healthy(self) -> bool:
         """Usable, and after ``master_check_idle_s`` of idleness its master passes the mux alive check
-        (in-process, no ssh process): a request is only written to a session that can still carry it."""
+        (in-process, no ssh process), and an agent not heard from for ``agent_probe_s`` answers a probe:
+        a request is only written to a session that can still carry it."""
         if not self.usable:
             return False
         idle = self.inflight == 0 and time.monotonic() - self.last_used >= self._settings.master_check_idle_s
-        if self.master is None or not idle:
-            return True
-        if await self.master.check():
-            return True
-        self._die()
-        return False
+        if self.master is not None and idle and not await self.master.check():
+            self._die()
+            return False
+        if self.liveness is not None and not await self.liveness.check():
+            return False
+        return self.usable
+
+    @property
+    def build(self) -> str:
+        """The running agent's build id: its HELLO's ``build``, else the hash of the bytes sent."""
+        build = self.info.get("build")
+        return build if isinstance(build, str) and build else self.boot.build
 
     @property
     def uid(self) -> int | None:
@@ -173,7 +188,7 @@ class AgentChannel:
             self._stopped.set()
 
     async def _session(self, master: Master | None, task_status: anyio.abc.TaskStatus[None]) -> None:
-        remote = boot_command() if self.root is None else self.root.boot.command
+        remote = self.boot.command() if self.root is None else self.root.boot.command
         if master is None:
             argv = self._args.oneshot(self.target, remote)
         else:
@@ -204,11 +219,16 @@ class AgentChannel:
                 self.info = hello
                 self._proc = proc
                 self.last_used = time.monotonic()  # idleness counts from the moment it can serve
+                kinds = hello.get("kinds")
+                if isinstance(kinds, list) and PING in kinds:
+                    self.liveness = Liveness(self._settings, self._ping, self._lose)
+                    tg.start_soon(self.liveness.run)
                 task_status.started()
                 tg.start_soon(self._read, proc, reader)
                 tg.start_soon(self._write, proc)
                 await self._serve()
-                await self._goodbye(proc)
+                if not self.lost:  # a stuck agent reads nothing: its session is ended at once
+                    await self._goodbye(proc)
                 tg.cancel_scope.cancel()
         if failure is not None:
             raise failure
@@ -217,8 +237,8 @@ class AgentChannel:
         """Send the agent and HELLO; return the agent's HELLO answer, or None when the session ended."""
         if proc.stdin is None or proc.stdout is None:
             return None
-        source, _ = agent_source()
         hello = proto.encode(0, proto.HELLO, {"min": proto.PROTOCOL_MIN, "max": proto.PROTOCOL_MAX})
+        start = StartScanner(self.boot.marker)  # login-shell output before the agent's start is dropped
         wait_s = 0.0 if self.root is None else self.root.wait_s(self._settings.connect_timeout_s)
         ceiling = self._settings.connect_timeout_s + _BOOT_EXTRA_S + 2 * wait_s
         with anyio.move_on_after(ceiling):
@@ -226,10 +246,10 @@ class AgentChannel:
                 # a password provider: the password only after its prompt, the agent only after the start
                 if self.root is not None and not await self.root.enter(proc.stdin, wait_s):
                     return None
-                await proc.stdin.send(source + hello)
+                await proc.stdin.send(self.boot.source + hello)
                 while True:
                     for _rid, kind, _flags, meta, _data in reader.feed(
-                        await proc.stdout.receive(_READ_CHUNK)
+                        start.feed(await proc.stdout.receive(_READ_CHUNK))
                     ):
                         if kind == proto.HELLO:
                             return meta or {}
@@ -275,6 +295,8 @@ class AgentChannel:
                 return
             while True:
                 chunk = await proc.stdout.receive(_READ_CHUNK)
+                if self.liveness is not None:
+                    self.liveness.heard()
                 for rid, kind, _flags, meta, data in reader.feed(chunk):
                     self._deliver(rid, kind, meta or {}, data)
         except (anyio.EndOfStream, anyio.BrokenResourceError, anyio.ClosedResourceError, ValueError):
@@ -295,10 +317,17 @@ class AgentChannel:
             pending.error = meta
             pending.done.set()
 
+    def _lose(self) -> None:
+        """The liveness probe went unanswered: the agent is stuck. Its requests in flight end now."""
+        self.lost = True
+        self._die()
+
     def _die(self) -> None:
         if self._dead:
             return
         self._dead = True
+        if self.liveness is not None:
+            self.liveness.stop()
         for pending in self._pending.values():
             pending.lost = True
             pending.done.set()
@@ -355,8 +384,9 @@ class AgentChannel:
             await self._taken.wait()  # shared by every waiting sender: the writer wakes them all
 
     async def _write(self, proc: anyio.abc.Process) -> None:
-        """The one writer: everything queued since its last write goes out in one write (bursts of
-        requests cost one syscall, one ssh channel packet and one read by the agent, not one each)."""
+        """The one writer: everything queued since its last write goes out in one write, in 256 KiB parts
+        when big (bursts of requests cost one syscall, one ssh channel packet and one read by the agent,
+        not one each)."""
         try:
             if proc.stdin is None:
                 return
@@ -376,19 +406,41 @@ class AgentChannel:
                     parts.append(data)
                 taken, self._taken = self._taken, anyio.Event()
                 taken.set()
-                if parts:
-                    await proc.stdin.send(b"".join(parts))
+                data = b"".join(parts)
+                for offset in range(0, len(data), _WRITE_CHUNK):
+                    await proc.stdin.send(data[offset : offset + _WRITE_CHUNK])
+                    if self.liveness is not None:  # the agent takes what it is sent: its loop runs
+                        self.liveness.heard()
         except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
             pass
         finally:
             self._die()
 
+    def _new_id(self) -> int:
+        self._next_id = self._next_id % 0xFFFFFFFF + 1
+        return self._next_id
+
+    async def _ping(self) -> bool:
+        """One PING (not a request of anyone's: neither in flight nor use): True once answered, False when
+        the channel died first. Cancelled (its bound passed), it is abandoned."""
+        rid = self._new_id()
+        pending = _Pending()
+        self._pending[rid] = pending
+        try:
+            await self._send(pending, proto.encode(rid, PING, None), first=True)
+            await pending.done.wait()
+        except ChannelGone:
+            return False
+        finally:
+            pending.abandoned = True
+            self._pending.pop(rid, None)
+        return not pending.lost
+
     async def execute(self, request: ExecRequest, kill: KillReport) -> RawExec:
         """Run one command on the agent. Cancellation kills it on the target (reported in ``kill``)."""
         if not self.usable:
             raise ChannelGone
-        self._next_id = self._next_id % 0xFFFFFFFF + 1
-        rid = self._next_id
+        rid = self._new_id()
         pending = _Pending()
         self._pending[rid] = pending
         self.inflight += 1
@@ -440,6 +492,14 @@ class AgentChannel:
         if pending.result is not None:
             kill.record(pending.result[0])
 
+    def _lost_detail(self) -> str:
+        if self.lost:
+            return (
+                f"the agent (pid {self.pid}) stopped answering: no answer to a liveness probe within "
+                f"{self._settings.agent_lost_after_s:g}s; it is killed and replaced, the request may have run"
+            )
+        return self.stderr.tail.decode(errors="replace").strip()[-600:]
+
     def _outcome(self, request: ExecRequest, pending: _Pending, elapsed_s: float) -> RawExec:
         name = self.target.name
         if pending.result is not None:
@@ -453,9 +513,8 @@ class AgentChannel:
             )
         if not pending.written:
             raise ChannelGone
-        detail = self.stderr.tail.decode(errors="replace").strip()[-600:]
         raise TransportLost(
-            detail or "the agent channel was lost while the command may have been running",
+            self._lost_detail() or "the agent channel was lost while the command may have been running",
             target=name,
             stage="agent",
             command_started=True if pending.started else None,
@@ -470,8 +529,7 @@ class AgentChannel:
         Cancelled, the request is abandoned: its answer, should it come, is dropped."""
         if not self.usable:
             raise ChannelGone
-        self._next_id = self._next_id % 0xFFFFFFFF + 1
-        rid = self._next_id
+        rid = self._new_id()
         pending = _Pending()
         self._pending[rid] = pending
         self.inflight += 1
@@ -495,9 +553,9 @@ class AgentChannel:
             raise AgentRefused(pending.error)
         if not pending.written:
             raise ChannelGone
-        detail = self.stderr.tail.decode(errors="replace").strip()[-600:]
         raise TransportLost(
-            detail or "the agent channel was lost after the request was sent; it may have been carried out",
+            self._lost_detail()
+            or "the agent channel was lost after the request was sent; it may have been carried out",
             target=self.target.name,
             stage="agent",
             command_started=None,

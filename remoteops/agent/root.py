@@ -8,13 +8,14 @@ separate from the target's user agent channel and, like it, holds one of the poo
 Its remote command is the agent's loader behind the provider's words, made by
 ``_render.escalation_words`` (the one place they are made)::
 
-    exec sudo -n -- sh -c PRELUDE rog-root-agent NONCE python3 -I -S -c LOADER SIZE SHA256
+    exec sudo -n -- sh -c PRELUDE rog-root-agent NONCE python3 -I -S -c LOADER SIZE SHA256 BOOT_NONCE
 
 The prelude re-proves uid 0 (``id -u``; otherwise it prints ``\\x1eROG<nonce>U`` and exits 125, so
 python never starts) and prints a start marker before it ``exec``\\s python, so what the provider said
 before the marker (``sudo: a password is required``) is told apart from a python that cannot run there
-(:func:`root_boot_failure`). The agent then reports its effective uid in HELLO; a channel whose agent is
-not uid 0 is closed and never carries anything (:func:`refuse_hello`), and every root command checks that
+(:func:`root_boot_failure`); BOOT_NONCE makes the loader's start marker on stdout (``boot``), so what the
+login shell prints there is dropped. The agent then reports its effective uid in HELLO; a channel whose agent
+is not uid 0 is closed and never carries anything (:func:`refuse_hello`), and every root command checks that
 proof again before it is sent.
 
 Behind ``sudo_password`` / ``su_password`` the password is written to the boot's stdin only after the
@@ -33,7 +34,7 @@ import anyio.abc
 
 from remoteops._capture import HeadTail
 from remoteops._render import RenderedCommand, escalation_words, new_nonce
-from remoteops.agent.boot import LOADER, agent_source, boot_failure
+from remoteops.agent.boot import AgentBoot, boot_failure
 from remoteops.privilege.errors import PrivilegeError
 from remoteops.privilege.wire import AuthWatch, Escalation, OneTimeSecret, enter_password
 from remoteops.ssh.carrier import _escalation_failure
@@ -59,13 +60,9 @@ class RootBoot:
         return self.rendered.text
 
 
-def root_boot(escalation: Escalation, python: str = "python3") -> RootBoot:
-    source, digest = agent_source()
+def root_boot(escalation: Escalation, boot: AgentBoot, python: str = "python3") -> RootBoot:
     nonce = new_nonce()
-    inner = [
-        "sh", "-c", _PRELUDE, "rog-root-agent", nonce,
-        python, "-I", "-S", "-c", LOADER, str(len(source)), digest,
-    ]  # fmt: skip
+    inner = ["sh", "-c", _PRELUDE, "rog-root-agent", nonce, *boot.argv(python)]
     text = shlex.join(escalation_words(escalation, inner))
     return RootBoot(escalation=escalation, rendered=RenderedCommand(text=text, nonce=nonce))
 
@@ -112,8 +109,8 @@ class RootStart:
     """What one root agent channel's start needs: its boot command, and for a password provider the stderr
     watch that sees the prompt and the start marker, and the one-time secret (wiped after the boot)."""
 
-    def __init__(self, escalation: Escalation, secret: OneTimeSecret | None) -> None:
-        self.boot = root_boot(escalation)
+    def __init__(self, escalation: Escalation, secret: OneTimeSecret | None, boot: AgentBoot) -> None:
+        self.boot = root_boot(escalation, boot)
         self.provider: str = escalation.provider
         self.watch: AuthWatch | None = None
         self._secret = secret

@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from remoteops import TransportError
 from remoteops._process import supervised_child
 from remoteops.agent import program as proto
-from remoteops.agent.boot import EXIT_CHECKSUM, agent_source, boot_command
+from remoteops.agent.boot import EXIT_CHECKSUM, StartScanner, new_boot
 from remoteops.agent.exec import raw_result
 from tests.fixtures.procs import pid_runs
 
@@ -42,9 +42,41 @@ MARKER = "0123456789abcdef"
 BASE = {"limit_s": 10, "kill_s": 1, "head": 4096, "tail": 4096, "env": {}, "marker": MARKER}
 
 
+class _AnyStart:
+    """Drops the loader's start marker line whatever its nonce, when the stream starts with it (for
+    ``boot_command()``, whose marker the caller does not know); a stream that starts with a frame (a loader
+    of a test's own) passes as it is. No frame starts with the marker's first byte: its length would exceed
+    ``MAX_BODY``."""
+
+    def __init__(self) -> None:
+        self._held = b""
+        self._decided = False
+
+    def feed(self, chunk: bytes) -> bytes:
+        if self._decided:
+            return chunk
+        self._held += chunk
+        if not self._held.startswith(MARKER_PREFIX[: len(self._held)]):
+            self._decided = True  # frames from the first byte
+        elif len(self._held) >= MARKER_LEN:
+            self._decided = True
+            self._held = self._held[MARKER_LEN:]
+        else:
+            return b""
+        rest, self._held = self._held, b""
+        return rest
+
+
+MARKER_LEN = len(new_boot().marker)
+MARKER_PREFIX = new_boot().marker[:5]
+assert MARKER_PREFIX[0] << 24 > proto.MAX_BODY
+
+
 class Agent:
-    def __init__(self, proc: anyio.abc.Process) -> None:
+    def __init__(self, proc: anyio.abc.Process, marker: bytes | None = None) -> None:
         self.proc = proc
+        # the loader's start marker precedes the frames
+        self.start = StartScanner(marker) if marker is not None else _AnyStart()
         self.reader = proto.FrameReader()
         self.frames: list[Frame] = []
 
@@ -61,15 +93,15 @@ class Agent:
                     if frame[0] == rid and frame[1] in (proto.RESULT, proto.ERROR, proto.HELLO):
                         self.frames.remove(frame)
                         return frame
-                self.frames += self.reader.feed(await self.proc.stdout.receive(65536))
+                self.frames += self.reader.feed(self.start.feed(await self.proc.stdout.receive(65536)))
 
 
 @asynccontextmanager
 async def local_agent(python: str, *, source: bytes | None = None) -> AsyncIterator[Agent]:
-    real, _ = agent_source()
-    async with supervised_child(["sh", "-c", boot_command(python)], stdin=subprocess.PIPE) as proc:
-        agent = Agent(proc)
-        await agent.send(source if source is not None else real)
+    boot = new_boot()
+    async with supervised_child(["sh", "-c", boot.command(python)], stdin=subprocess.PIPE) as proc:
+        agent = Agent(proc, boot.marker)
+        await agent.send(source if source is not None else boot.source)
         yield agent
 
 
@@ -234,7 +266,7 @@ async def test_a_kill_never_reaches_a_process_outside_the_agents_tree_even_with_
 
 
 async def test_the_loader_refuses_bytes_that_are_not_the_agent() -> None:
-    real, _ = agent_source()
+    real = new_boot().source
     tampered = real.replace(b"PROTOCOL_MAX = 1", b"PROTOCOL_MAX = 9")
     assert len(tampered) == len(real)
     async with local_agent("python3", source=tampered) as agent:
