@@ -55,10 +55,10 @@ import httpx2
 from mcp import Client, StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
 
+from acceptance.harness.gateway_proc import run_gateway, write_config
+from acceptance.harness.procs import stop_process
+from acceptance.harness.sshd import SshdInstance, start_sshd
 from remoteops import RemoteOps, TargetSpec, TransportSettings
-from tests.fixtures.gateway_proc import run_gateway, write_config
-from tests.fixtures.procs import stop_process
-from tests.fixtures.sshd import SshdInstance, start_sshd
 
 __all__ = ["main"]
 

@@ -56,9 +56,16 @@ from mcp import Client
 from mcp.client.stdio import stdio_client
 from mcp.client.streamable_http import streamable_http_client
 
-from tests.fixtures.gateway_proc import run_gateway
-from tests.fixtures.libtmux import LIBTMUX_MCP, http_argv, http_url, libtmux_env, stdio_params, tmux_socket
-from tests.fixtures.procs import free_port, stop_process
+from acceptance.harness.gateway_proc import run_gateway
+from acceptance.harness.libtmux import (
+    LIBTMUX_MCP,
+    http_argv,
+    http_url,
+    libtmux_env,
+    stdio_params,
+    tmux_socket,
+)
+from acceptance.harness.procs import free_port, stop_process
 
 __all__ = ["main"]
 

@@ -40,9 +40,9 @@ import httpx2
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
-from tests.fixtures.gateway_proc import run_gateway
-from tests.fixtures.sshd import SshdInstance, start_sshd
-from tests.remoteops.task_helpers import remote_root
+from acceptance.harness.gateway_proc import run_gateway
+from acceptance.harness.sshd import SshdInstance, start_sshd
+from acceptance.harness.targets import remote_root
 
 __all__ = ["ROWS", "main"]
 

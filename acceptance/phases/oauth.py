@@ -21,9 +21,9 @@ import httpx
 from acceptance._env import enter_sync
 from acceptance._mcp import GatewayClient, error_code, structured
 from acceptance._registry import PhaseContext, phase
+from acceptance.harness.oauth_server import AuthServer, run_auth_server
 from acceptance.phases._util import wait_until
 from gateway.tools import all_specs
-from tests.fixtures.oauth_server import AuthServer, run_auth_server
 
 __all__ = ["oauth"]
 
