@@ -15,7 +15,12 @@ from typing import Literal, TypeVar
 
 __all__ = ["STARTS_ATTR", "Starts", "starts"]
 
-Starts = Literal["sshd", "gateway", "upstream", "tmux", "browser", "node", "systemd", "container", "fault"]
+# What a tagged helper starts: a real third-party server or program (system tier: sshd, gateway subprocess,
+# libtmux-mcp upstream, tmux, Chromium, npm clients, systemd, a container engine, or a "command" run to
+# completion on this machine as a target's user), or the project's own fault upstream (component tier).
+Starts = Literal[
+    "sshd", "gateway", "upstream", "tmux", "browser", "node", "systemd", "container", "command", "fault"
+]
 STARTS_ATTR = "__harness_starts__"
 _T = TypeVar("_T")
 

@@ -16,6 +16,8 @@ from pathlib import Path
 
 import pytest
 
+from acceptance.harness import starts
+
 __all__ = ["CHROMIUM", "PageVisit", "chromium", "chromium_unavailable_reason", "enter_password", "visit"]
 
 CHROMIUM = Path("/usr/bin/chromium")
@@ -43,6 +45,7 @@ class PageVisit:
     requests: list[str] = field(default_factory=list)  # every URL the browser fetched
 
 
+@starts("browser")
 @asynccontextmanager
 async def chromium() -> AsyncIterator[object]:
     """A headless Chromium; skips the test when it cannot run here."""

@@ -15,6 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from acceptance.harness import starts
+
 __all__ = ["GatewayProcess", "run_gateway", "write_config"]
 
 
@@ -87,6 +89,7 @@ def write_config(path: Path, sections: Mapping[str, Any]) -> Path:
     return path
 
 
+@starts("gateway")
 @contextmanager
 def run_gateway(
     workdir: Path,

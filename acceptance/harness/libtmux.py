@@ -23,6 +23,7 @@ import mcp_types as types
 from mcp import Client
 from mcp.client.stdio import StdioServerParameters
 
+from acceptance.harness import starts
 from acceptance.harness.procs import free_port, stop_process, wait_for_port
 from upstream import ProgressCallback, Upstream
 
@@ -48,6 +49,7 @@ READY_S = 120.0  # fastmcp's start-up takes ~3 s here, 6+ s on a loaded 2-core m
 WAIT_TEXT_S = 30.0  # wait_for_text's ceiling in pane_round_trip (libtmux-mcp's cap; it ends at the match)
 
 
+@starts("tmux")
 @contextmanager
 def tmux_socket(prefix: str, *, session: str | None = None) -> Iterator[str]:
     """A unique tmux socket name (``<prefix>-<hex>``); optionally a detached ``session`` on it first.
@@ -78,15 +80,18 @@ def libtmux_env(socket: str) -> dict[str, str]:
     return {"LIBTMUX_SOCKET": socket, "FASTMCP_SHOW_SERVER_BANNER": "false", "SHELL": "/bin/sh", "ENV": ""}
 
 
+@starts("upstream")
 def stdio_command() -> list[str]:
     return [str(LIBTMUX_MCP)]
 
 
+@starts("upstream")
 def stdio_params(socket: str) -> StdioServerParameters:
     """What a client spawns to talk to libtmux-mcp over stdio on ``socket``."""
     return StdioServerParameters(command=str(LIBTMUX_MCP), env=libtmux_env(socket))
 
 
+@starts("upstream")
 def http_argv(port: int) -> list[str]:
     """``fastmcp run`` serving libtmux-mcp over streamable HTTP on 127.0.0.1:``port`` (path ``/mcp``)."""
     import libtmux_mcp
@@ -100,11 +105,13 @@ def http_url(port: int) -> str:
     return f"http://127.0.0.1:{port}/mcp"
 
 
+@starts("upstream")
 def spawn_http(socket: str, port: int) -> subprocess.Popen[bytes]:
     env = {**os.environ, **libtmux_env(socket)}
     return subprocess.Popen(http_argv(port), env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
 
 
+@starts("upstream")
 @asynccontextmanager
 async def libtmux_http(socket: str) -> AsyncIterator[str]:
     """libtmux-mcp over HTTP on a free port; yields its URL once the port is open; stops and reaps it."""

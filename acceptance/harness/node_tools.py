@@ -33,6 +33,8 @@ from pathlib import Path
 
 import pytest
 
+from acceptance.harness import starts
+
 __all__ = [
     "CONFORMANCE",
     "CONFORMANCE_ALPHA",
@@ -190,6 +192,7 @@ def _install_lock(name: str) -> Iterator[None]:
             fcntl.flock(fh.fileno(), fcntl.LOCK_UN)
 
 
+@starts("node")
 @dataclass(frozen=True)
 class InstalledTool:
     """A tool installed under its prefix, runnable with bounded waits."""
@@ -266,6 +269,7 @@ def _check_runnable(installed: InstalledTool) -> None:
         pytest.fail(f"{installed.tool.name} installed but does not start:\n{run.describe()}", pytrace=False)
 
 
+@starts("node")
 def ensure_tool(tool: NodeTool) -> InstalledTool:
     """Install ``tool`` (idempotent, bounded, locked) and return it; skip without node/npm; fail otherwise."""
     _, npm = require_node_and_npm()

@@ -34,6 +34,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from acceptance.harness import starts
 from acceptance.harness.procs import stop_process
 
 __all__ = ["SSHD_BINARY", "SshdInstance", "SshdUnavailable", "sshd_unavailable_reason", "start_sshd"]
@@ -239,6 +240,7 @@ def _stop(proc: subprocess.Popen[bytes]) -> None:
         proc.stderr.close()
 
 
+@starts("sshd")
 @contextlib.contextmanager
 def start_sshd(workdir: Path | None = None) -> Iterator[SshdInstance]:
     """Start a throwaway sshd; yield its SshdInstance; stop, reap and remove everything on exit."""

@@ -33,6 +33,8 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from acceptance.harness import starts
+
 __all__ = [
     "DEFAULT_MASK",
     "SystemdTarget",
@@ -142,6 +144,7 @@ def _mount_table() -> list[str]:
     return sorted(Path("/proc/self/mounts").read_text().splitlines())
 
 
+@starts("systemd")
 @dataclass
 class SystemdTarget:
     pid: int
@@ -256,6 +259,7 @@ def _remove_cgroup(cgroup: Path, timeout_s: float = 30.0) -> None:
             time.sleep(0.05)  # processes of the torn-down namespace are still exiting (bounded)
 
 
+@starts("systemd")
 @contextlib.contextmanager
 def systemd_target(
     *,

@@ -13,6 +13,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
 
+from acceptance.harness import starts
+
 __all__ = [
     "Gate",
     "exit_masters",
@@ -24,6 +26,7 @@ __all__ = [
 ]
 
 
+@starts("command")
 def tmux_as_owner(root: Path, *args: str) -> subprocess.CompletedProcess[str]:
     """Run tmux on the root's socket (``root/tmux.sock``) as the user who owns it (the target's user)."""
     sock = root / "tmux.sock"
@@ -37,6 +40,7 @@ def tmux_as_owner(root: Path, *args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
+@starts("command")
 def tmux_sessions(root: Path) -> list[str]:
     """Names of the sessions alive on the root's tmux server (none when it is not running)."""
     if not (root / "tmux.sock").exists():
@@ -70,6 +74,7 @@ def marked_processes(root: Path) -> list[int]:
     return pids
 
 
+@starts("command")
 @contextmanager
 def remote_root() -> Iterator[Path]:
     """A fresh absolute task root the target's user may create (its parent is 0777); removed afterwards,
@@ -88,6 +93,7 @@ def remote_root() -> Iterator[Path]:
         shutil.rmtree(parent, ignore_errors=True)
 
 
+@starts("command")
 @contextmanager
 def session_root() -> Iterator[Path]:
     """A fresh absolute sessions root the target's user may create (its parent is 0777); afterwards the tmux
@@ -103,6 +109,7 @@ def session_root() -> Iterator[Path]:
         shutil.rmtree(parent, ignore_errors=True)
 
 
+@starts("command")
 def exit_masters(control_dir: Path) -> None:
     """Stop the ControlMasters a gateway killed with -9 left in ``control_dir`` (a clean stop closes them)."""
     for sock in control_dir.iterdir():
