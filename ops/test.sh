@@ -4,7 +4,11 @@
 #     chromium (the real browser the password entry page is tested with), podman and runc (docker_host_root;
 #     runc where crun cannot run here; the test skips with the engine's own errors where no container can run)
 #   - a virtualenv in .venv with the project and its dev extra (pip cache kept in .cache/pip)
-# Extra arguments go to pytest (e.g. ops/test.sh -k relay -x).
+# Extra arguments go to pytest (e.g. ops/test.sh -k relay -x). pytest runs on parallel workers (pytest-xdist):
+# the suite mostly waits on processes (ssh, servers, time limits), so more workers than cores pay off;
+# ROG_TEST_WORKERS overrides the count (1 runs serially, without xdist). Load-sensitive timing tests share one
+# worker (--dist loadgroup, xdist_group "timing", set in tests/conftest.py).
+# The fast tier (no root, no sshd, no upstream/gateway/browser process): .venv/bin/pytest -m "not system"
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -32,5 +36,10 @@ echo "ops/test.sh: ruff format --check" >&2
 .venv/bin/ruff format --check .
 echo "ops/test.sh: mypy --strict gateway upstream remoteops" >&2
 .venv/bin/mypy --strict gateway upstream remoteops
-echo "ops/test.sh: pytest" >&2
-exec .venv/bin/pytest "$@"
+workers="${ROG_TEST_WORKERS:-4}"
+if [ "$workers" = 1 ]; then
+  echo "ops/test.sh: pytest (serial)" >&2
+  exec .venv/bin/pytest -p no:xdist "$@"
+fi
+echo "ops/test.sh: pytest on $workers workers" >&2
+exec .venv/bin/pytest -n "$workers" --dist loadgroup "$@"

@@ -21,6 +21,7 @@ __all__ = [
     "marked_processes",
     "remote_root",
     "session_root",
+    "task_markers",
     "tmux_as_owner",
     "tmux_sessions",
 ]
@@ -49,7 +50,8 @@ def tmux_sessions(root: Path) -> list[str]:
     return out.stdout.split() if out.returncode == 0 else []
 
 
-def _markers(root: Path) -> list[bytes]:
+def task_markers(root: Path) -> list[bytes]:
+    """The ``ROG_TASK_MARK=<marker>`` environment entries of the tasks under ``root``."""
     found = []
     for cmd in root.glob("t-*/cmd"):
         for line in cmd.read_bytes().splitlines():
@@ -60,7 +62,7 @@ def _markers(root: Path) -> list[bytes]:
 
 def marked_processes(root: Path) -> list[int]:
     """PIDs (on this machine, which is the target) whose environment carries a marker of a task under root."""
-    markers = _markers(root) if root.exists() else []
+    markers = task_markers(root) if root.exists() else []
     pids = []
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
