@@ -33,6 +33,15 @@ pytest_plugins = ["pytester"]  # tests/test_architecture.py runs the marker hook
 # runs them all, one after another, so that they never share the machine with each other.
 TIMING_WORDS = ("stall", "liveness", "watchdog", "loop_ticker", "ticker", "timing", "blocked_loop")
 TIMING_GROUP = "timing"
+# Long poles, started first so that no worker begins one at the end of the run: the quick acceptance run
+# (one module, ~2 min of fixture) and the timing group (a few minutes, one test after another).
+FRONT_GROUPS = ("acceptance-quick", TIMING_GROUP)
+
+
+def _front_rank(item: pytest.Item) -> int:
+    group = item.get_closest_marker("xdist_group")
+    name = (group.args[0] if group.args else group.kwargs.get("name")) if group is not None else None
+    return FRONT_GROUPS.index(name) if name in FRONT_GROUPS else len(FRONT_GROUPS)
 
 
 def _fixture_functions(item: pytest.Item) -> list[object]:
@@ -85,6 +94,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.sshd)
         if _is_timing(item) and item.get_closest_marker("xdist_group") is None:
             item.add_marker(pytest.mark.xdist_group(TIMING_GROUP))
+    items.sort(key=_front_rank)  # stable: every other test keeps its collection order
 
 
 @pytest.fixture(scope="session")
