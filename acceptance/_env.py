@@ -23,10 +23,10 @@ from typing import Any, TypeVar
 import anyio
 
 from acceptance._mcp import GatewayClient
-from tests.fixtures import libtmux
-from tests.fixtures.gateway_proc import GatewayProcess, run_gateway
-from tests.fixtures.procs import free_port, stop_process, wait_for_port
-from tests.fixtures.sshd import SshdInstance, sshd_unavailable_reason, start_sshd
+from acceptance.harness import libtmux
+from acceptance.harness.gateway_proc import GatewayProcess, run_gateway
+from acceptance.harness.procs import free_port, stop_process, wait_for_port
+from acceptance.harness.sshd import SshdInstance, sshd_unavailable_reason, start_sshd
 
 __all__ = ["Env", "RestartableGateway", "Secrets", "Terminal", "enter_sync", "open_env", "proc_figures"]
 

@@ -17,7 +17,7 @@ from acceptance._env import Env, open_env
 from acceptance._mcp import GatewayClient
 from acceptance._registry import REGISTRY, Phase, PhaseContext, PhaseFailed, PhaseSkipped, pid_gone
 from acceptance._report import CleanupCheck, PhaseResult, Report, Status
-from tests.fixtures.procs import processes_mentioning
+from acceptance.harness.procs import processes_mentioning
 
 __all__ = ["QUICK_CEILING_S", "run_suite", "selected_phases"]
 

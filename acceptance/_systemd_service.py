@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from acceptance._service_probe import WAIT_S
-from tests.fixtures.systemd_target import SystemdTarget, host_sysctls, systemd_target
+from acceptance.harness.systemd_target import SystemdTarget, host_sysctls, systemd_target
 
 __all__ = ["GATEWAY_UNIT", "TERMINAL_UNIT", "WATCHDOG_S", "checkout_unusable_reason", "run_service_scenario"]
 

@@ -55,10 +55,11 @@ import httpx2
 from mcp import Client, StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
 
+from acceptance._timing import p95, rss_kb, timed
+from acceptance.harness.gateway_proc import run_gateway, write_config
+from acceptance.harness.procs import stop_process
+from acceptance.harness.sshd import SshdInstance, start_sshd
 from remoteops import RemoteOps, TargetSpec, TransportSettings
-from tests.fixtures.gateway_proc import run_gateway, write_config
-from tests.fixtures.procs import stop_process
-from tests.fixtures.sshd import SshdInstance, start_sshd
 
 __all__ = ["main"]
 
@@ -140,31 +141,16 @@ class Report:
     gateway_rss_after_kb: int | None = None
 
 
-def _p95(samples: list[float]) -> float:
-    ordered = sorted(samples)
-    return ordered[max(0, math.ceil(0.95 * len(ordered)) - 1)]
-
-
 def _row(subject: str, samples_s: list[float], failures: int = 0, wall_s: float | None = None) -> Row:
     ms = [s * 1000 for s in samples_s] or [math.nan]
     return Row(
         subject=subject,
         calls=len(samples_s),
         median_ms=round(statistics.median(ms), 3),
-        p95_ms=round(_p95(ms), 3),
+        p95_ms=round(p95(ms), 3),
         wall_ms=None if wall_s is None else round(wall_s * 1000, 1),
         failures=failures,
     )
-
-
-def _rss_kb(pid: int) -> int | None:
-    try:
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1])
-    except OSError:
-        return None
-    return None
 
 
 # -- the raw baseline: our own master, one `ssh -S` process per call ----------------------------------
@@ -331,7 +317,7 @@ async def _measure(sshd: SshdInstance, work: Path, calls: int, warmup: int, mode
         raw_master(sshd, work / "raw.sock") as raw_argv,
         run_gateway(gw_dir, gw_config) as gw,
     ):
-        report.gateway_rss_idle_kb = _rss_kb(gw.proc.pid)
+        report.gateway_rss_idle_kb = rss_kb(gw.proc.pid)
         http = httpx2.AsyncClient(headers=gw.headers(), timeout=httpx2.Timeout(120))
         async with (
             http,
@@ -341,7 +327,7 @@ async def _measure(sshd: SshdInstance, work: Path, calls: int, warmup: int, mode
         ):
             report.protocol_version = client.protocol_version
             await client.list_tools()
-            report.gateway_rss_listed_kb = _rss_kb(gw.proc.pid)
+            report.gateway_rss_listed_kb = rss_kb(gw.proc.pid)
 
             def gw_call(target: str, via: Client = client) -> Callable[[], Awaitable[None]]:
                 async def call() -> None:
@@ -369,11 +355,6 @@ async def _measure(sshd: SshdInstance, work: Path, calls: int, warmup: int, mode
 
             async def raw_call() -> None:
                 await anyio.to_thread.run_sync(_raw_once, raw_argv)
-
-            async def timed(call: Callable[[], Awaitable[None]]) -> float:
-                started = time.perf_counter()
-                await call()
-                return time.perf_counter() - started
 
             subjects: dict[str, Callable[[], Awaitable[None]]] = {
                 ROW_LIB: lib_call(TARGET),
@@ -416,7 +397,7 @@ async def _measure(sshd: SshdInstance, work: Path, calls: int, warmup: int, mode
             ):
                 got, wall, failed = await _burst_of(BIG_BURST, call, limit)
                 bigs.append(_row(name, got, failed, wall))
-        report.gateway_rss_after_kb = _rss_kb(gw.proc.pid)
+        report.gateway_rss_after_kb = rss_kb(gw.proc.pid)
     colds = await _colds(sshd, work, cold)
     report.load_after = os.getloadavg()
     base = serial[0].median_ms

@@ -38,7 +38,6 @@ import string
 import subprocess
 import sys
 import tempfile
-import time
 from collections.abc import Awaitable, Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -49,8 +48,9 @@ import httpx2
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
-from tests.fixtures.gateway_proc import run_gateway
-from tests.fixtures.sshd import SshdInstance, start_sshd
+from acceptance._timing import interleaved
+from acceptance.harness.gateway_proc import run_gateway
+from acceptance.harness.sshd import SshdInstance, start_sshd
 
 __all__ = ["main"]
 
@@ -206,13 +206,11 @@ async def _measure(
             for group in groups:  # one untimed pass of each
                 for call in group.values():
                     await call()
-            for index in range(rounds):
+            for index in range(rounds):  # round by round across the groups; in a group, leads alternate
                 for group in groups:
-                    items = list(group.items())
-                    for name, call in items if index % 2 == 0 else reversed(items):
-                        started = time.perf_counter()
-                        await call()
-                        times.setdefault(name, []).append(time.perf_counter() - started)
+                    ordered = group if index % 2 == 0 else dict(reversed(group.items()))
+                    for name, samples in (await interleaved(ordered, 1)).items():
+                        times.setdefault(name, []).extend(samples)
     rows: list[Row] = []
     for group in groups:
         if len(group) == 1:  # the floor: what any MCP/HTTP call costs here, no ssh at all

@@ -32,8 +32,8 @@ from __future__ import annotations
 
 import argparse
 import ctypes
+import functools
 import json
-import math
 import os
 import shutil
 import signal
@@ -56,9 +56,17 @@ from mcp import Client
 from mcp.client.stdio import stdio_client
 from mcp.client.streamable_http import streamable_http_client
 
-from tests.fixtures.gateway_proc import run_gateway
-from tests.fixtures.libtmux import LIBTMUX_MCP, http_argv, http_url, libtmux_env, stdio_params, tmux_socket
-from tests.fixtures.procs import free_port, stop_process
+from acceptance._timing import Call, interleaved, p95
+from acceptance.harness.gateway_proc import run_gateway
+from acceptance.harness.libtmux import (
+    LIBTMUX_MCP,
+    http_argv,
+    http_url,
+    libtmux_env,
+    stdio_params,
+    tmux_socket,
+)
+from acceptance.harness.procs import free_port, stop_process
 
 __all__ = ["main"]
 
@@ -213,11 +221,6 @@ class Row:
     note: str
 
 
-def _p95(samples: list[float]) -> float:
-    ordered = sorted(samples)
-    return ordered[max(0, math.ceil(0.95 * len(ordered)) - 1)]
-
-
 def _http_opener(url: str, headers: dict[str, str]) -> Callable[[AsyncExitStack], Awaitable[Client]]:
     async def open_(stack: AsyncExitStack) -> Client:
         http = await stack.enter_async_context(
@@ -264,21 +267,22 @@ async def _wait_listed(client: Client, label: str) -> None:
     raise RuntimeError(f"{label}: {TOOL} never listed")  # pragma: no cover - fail_after raises first
 
 
+async def _self_timed(call: Call) -> float:
+    elapsed = await call()
+    assert isinstance(elapsed, float)
+    return elapsed
+
+
 async def _measure(subjects: list[Subject], calls: int, warmup: int) -> None:
     async with AsyncExitStack() as stack:
         for subject in subjects:
             subject.client = await subject.open(stack)
             await _wait_listed(subject.client, subject.label)
-        for _ in range(warmup):
-            for subject in subjects:
-                assert subject.client is not None
-                await _call(subject.client)
-        for i in range(calls):
-            # Rotate the order so no subject always follows the same other one.
-            for k in range(len(subjects)):
-                subject = subjects[(i + k) % len(subjects)]
-                assert subject.client is not None
-                subject.samples.append(await _call(subject.client))
+        calls_of = {subject.label: functools.partial(_call, subject.client) for subject in subjects}
+        # rotated: no subject always follows the same other one; _call times itself (ms, the request only)
+        samples = await interleaved(calls_of, calls, warmup=warmup, order="rotate", timer=_self_timed)
+        for subject in subjects:
+            subject.samples.extend(samples[subject.label])
 
 
 def _rows(subjects: list[Subject]) -> list[Row]:
@@ -287,7 +291,7 @@ def _rows(subjects: list[Subject]) -> list[Row]:
     for s in subjects:
         median = statistics.median(s.samples)
         rows.append(
-            Row(s.label, median, _p95(s.samples), median / base if base else None, len(s.samples), s.note)
+            Row(s.label, median, p95(s.samples), median / base if base else None, len(s.samples), s.note)
         )
     return rows
 

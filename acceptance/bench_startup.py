@@ -38,7 +38,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from tests.fixtures.gateway_proc import write_config
+from acceptance.harness.gateway_proc import write_config
 
 __all__ = ["Sample", "main", "spawn_to_exit", "spawn_to_initialize"]
 

@@ -40,9 +40,10 @@ import httpx2
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
-from tests.fixtures.gateway_proc import run_gateway
-from tests.fixtures.sshd import SshdInstance, start_sshd
-from tests.remoteops.task_helpers import remote_root
+from acceptance._timing import p95, rss_kb
+from acceptance.harness.gateway_proc import run_gateway
+from acceptance.harness.sshd import SshdInstance, start_sshd
+from acceptance.harness.targets import remote_root, task_markers
 
 __all__ = ["ROWS", "main"]
 
@@ -84,20 +85,10 @@ def _row(subject: str, samples_s: list[float], failures: int = 0) -> Row:
         subject=subject,
         calls=len(samples_s),
         median_ms=round(statistics.median(ms), 2),
-        p95_ms=round(ms[max(0, math.ceil(0.95 * len(ms)) - 1)], 2),
+        p95_ms=round(p95(ms), 2),
         max_ms=round(ms[-1], 2),
         failures=failures,
     )
-
-
-def _rss_kb(pid: int) -> int | None:
-    try:
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1])
-    except OSError:
-        return None
-    return None
 
 
 def _procs_of(uid: int) -> int:
@@ -153,7 +144,7 @@ async def _measure(
                 info = await call("task_start", {"target": TARGET, "argv": ["true"]})
                 await call("task_wait", {"task_id": info["id"], "timeout_s": 30})
                 await call("remote_exec", {"target": TARGET, "argv": ["true"]})
-            report.gateway_rss_idle_kb = _rss_kb(gw.proc.pid)
+            report.gateway_rss_idle_kb = rss_kb(gw.proc.pid)
 
             latencies: list[float] = []
             failures = 0
@@ -193,7 +184,7 @@ async def _measure(
             states = [await call("task_status", {"task_id": info["id"]}) for info in live]
             report.live_tasks = sum(1 for st in states if st["state"] == "running")
             report.target_procs_live = _procs_of(uid)
-            report.gateway_rss_live_kb = _rss_kb(gw.proc.pid)
+            report.gateway_rss_live_kb = rss_kb(gw.proc.pid)
             cancel_s: list[float] = []
             bad = 0
             for info in live:
@@ -256,6 +247,10 @@ def main(argv: list[str] | None = None) -> int:
             report = anyio.run(
                 _measure, sshd, work, remote, args.tasks, args.session, args.carrier, backend="asyncio"
             )
+            # on stderr, for a caller that checks afterwards that none of this run's tasks lives on (others
+            # running on the machine at the same time are not this run's)
+            marks = b" ".join(task_markers(remote)).decode()
+            print(f"task markers: {marks}", file=sys.stderr)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     print(json.dumps(asdict(report), indent=2) if args.json else render_markdown(report))

@@ -40,8 +40,8 @@ import httpx2
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
-from tests.fixtures.gateway_proc import run_gateway
-from tests.fixtures.sshd import SshdInstance, start_sshd
+from acceptance.harness.gateway_proc import run_gateway
+from acceptance.harness.sshd import SshdInstance, start_sshd
 
 __all__ = ["main"]
 

@@ -6,7 +6,11 @@
 #     runc where crun cannot run here; the test skips with the engine's own errors where no container can run),
 #     and the shell linter shellcheck (for the remote sh programs, remoteops/*/sh/*.sh)
 #   - a virtualenv in .venv with the project and its dev extra (pip cache kept in .cache/pip)
-# Extra arguments go to pytest (e.g. ops/test.sh -k relay -x).
+# Extra arguments go to pytest (e.g. ops/test.sh -k relay -x). pytest runs on parallel workers (pytest-xdist):
+# the suite mostly waits on processes (ssh, servers, time limits), so more workers than cores pay off;
+# ROG_TEST_WORKERS overrides the count (1 runs serially, without xdist). Load-sensitive timing tests share one
+# worker (--dist loadgroup, xdist_group "timing", set in tests/conftest.py).
+# The fast tier (no root, no sshd, no upstream/gateway/browser process): .venv/bin/pytest -m "not system"
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -39,5 +43,10 @@ for f in remoteops/*/sh/*.sh; do
   # -x follows each program's `. ./fragment.sh` include (sources are relative to the program's directory)
   (cd "$(dirname "$f")" && shellcheck -s sh -x "$(basename "$f")")
 done
-echo "ops/test.sh: pytest" >&2
-exec .venv/bin/pytest "$@"
+workers="${ROG_TEST_WORKERS:-4}"
+if [ "$workers" = 1 ]; then
+  echo "ops/test.sh: pytest (serial)" >&2
+  exec .venv/bin/pytest -p no:xdist "$@"
+fi
+echo "ops/test.sh: pytest on $workers workers" >&2
+exec .venv/bin/pytest -n "$workers" --dist loadgroup "$@"

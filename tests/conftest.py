@@ -1,12 +1,20 @@
 """Shared pytest configuration: asyncio is the only backend (asyncssh and uvicorn need it), the real
-OpenSSH sshd (tests/fixtures/sshd.py) shared by the remoteops, gateway and privilege tests, and libtmux-mcp on
-a private tmux server (tests/fixtures/libtmux.py) for the upstream and gateway relay tests.
+OpenSSH sshd (acceptance/harness/sshd.py) shared by the remoteops, gateway and privilege tests, and
+libtmux-mcp on a private tmux server (acceptance/harness/libtmux.py) for the upstream and gateway relay tests.
 
-Markers follow the fixtures, whoever wrote the test: every test whose fixture closure reaches the ``sshd``
-fixture (directly or through other fixtures) gets ``sshd``, and every test reaching a fixture that starts an
-upstream server process gets ``slow``; applied here, before ``-m`` selection, so the fast tier
-``pytest -m "not sshd and not slow"`` never starts an sshd or an upstream. A test that starts such a process
-without these fixtures (a benchmark smoke test, a gateway subprocess) marks itself.
+Tiers follow what a test reaches, whoever wrote it (tests/fixtures/tiers.py has the rules): every test gets
+exactly one of ``unit``, ``component``, ``system``, from its own body, every fixture in its closure and
+every helper those call — fixtures and context managers alike (``libtmux.tmux_socket()``,
+``surface_fault()`` …). Tests reaching the sshd also get ``sshd``. The old ``slow`` marker is an alias of
+``system``: a test marked ``slow`` is a system test, and every system test is also marked ``slow``, so
+``-m "not sshd and not slow"`` still selects exactly the fast tier, ``-m "not system"``. Applied here,
+before ``-m`` selection, so the fast tier never starts an sshd, an upstream or a gateway process.
+
+Under pytest-xdist each worker is its own session: the session-scoped ``sshd`` is one sshd per worker (own
+port, work dir, keys, control-socket dir); the test users and their home directories are shared by all
+workers, so tests keep what they write there under unique names. Tests sensitive to CPU load (stall,
+liveness, watchdog, loop ticker) are grouped onto one worker (``xdist_group("timing")``, added here by
+name; ops/test.sh runs ``--dist loadgroup``).
 """
 
 from __future__ import annotations
@@ -17,22 +25,76 @@ import pytest
 
 from tests.fixtures import libtmux
 from tests.fixtures.sshd import SshdInstance, sshd_unavailable_reason, start_sshd
+from tests.fixtures.tiers import TIERS, kinds_reached, tier_of_kinds
 
 pytest_plugins = ["pytester"]  # tests/test_architecture.py runs the marker hook on a scratch suite
 
-SSHD_FIXTURE = "sshd"
-# Fixtures that start an upstream MCP server process (a Python interpreter, ~1-3 s each with its imports).
-SLOW_FIXTURES = frozenset({"fault", "fault_http", "fault_stdio", "libtmux_url", "tmux_socket"})
+# Load-sensitive tests (they measure event-loop stalls, liveness deadlines, watchdog timing): one xdist worker
+# runs them all, one after another, so that they never share the machine with each other.
+TIMING_WORDS = ("stall", "liveness", "watchdog", "loop_ticker", "ticker", "timing", "blocked_loop")
+TIMING_GROUP = "timing"
+# Long poles, started first so that no worker begins one at the end of the run: the quick acceptance run
+# (one module, ~2 min of fixture) and the timing group (a few minutes, one test after another).
+FRONT_GROUPS = ("acceptance-quick", TIMING_GROUP)
+
+
+def _front_rank(item: pytest.Item) -> int:
+    group = item.get_closest_marker("xdist_group")
+    name = (group.args[0] if group.args else group.kwargs.get("name")) if group is not None else None
+    return FRONT_GROUPS.index(name) if name in FRONT_GROUPS else len(FRONT_GROUPS)
+
+
+def _fixture_functions(item: pytest.Item) -> list[object]:
+    info = getattr(item, "_fixtureinfo", None)
+    if info is None:
+        return []
+    return [fixturedef.func for defs in info.name2fixturedefs.values() for fixturedef in defs]
+
+
+def _stated_tier(item: pytest.Item) -> str | None:
+    stated = [tier for tier in TIERS if item.get_closest_marker(tier) is not None]
+    if item.get_closest_marker("slow") is not None or item.get_closest_marker("sshd") is not None:
+        stated.append("system")
+    return max(stated, key=TIERS.index) if stated else None
+
+
+def tier_of(item: pytest.Item) -> tuple[str, frozenset[str]]:
+    """The item's tier and the kinds it reaches; raises UsageError for a stated tier below a tagged helper."""
+    function = getattr(item, "function", None)
+    kinds = kinds_reached([f for f in [function, *_fixture_functions(item)] if callable(f)])
+    detected = tier_of_kinds(kinds)
+    strong = tier_of_kinds(kinds - {"process"})  # from tagged helpers alone
+    stated = _stated_tier(item)
+    if stated is None:
+        return detected, kinds
+    if TIERS.index(stated) < TIERS.index(strong):
+        raise pytest.UsageError(
+            f"{item.nodeid} is marked {stated} but reaches {sorted(kinds)}, which makes it {strong}"
+        )
+    return stated, kinds
+
+
+def _is_timing(item: pytest.Item) -> bool:
+    text = f"{item.nodeid}".lower()
+    return any(word in text for word in TIMING_WORDS)
 
 
 @pytest.hookimpl(tryfirst=True)  # before the mark plugin deselects by -m
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
-        uses = set(getattr(item, "fixturenames", ()))
-        if SSHD_FIXTURE in uses and item.get_closest_marker("sshd") is None:
-            item.add_marker(pytest.mark.sshd)
-        if uses & SLOW_FIXTURES and item.get_closest_marker("slow") is None:
+        tier, kinds = tier_of(item)
+        for name in TIERS:
+            if name != tier and item.get_closest_marker(name) is not None:
+                raise pytest.UsageError(f"{item.nodeid} states two tiers ({name} and {tier})")
+        if item.get_closest_marker(tier) is None:
+            item.add_marker(tier)
+        if tier == "system" and item.get_closest_marker("slow") is None:
             item.add_marker(pytest.mark.slow)
+        if "sshd" in kinds and item.get_closest_marker("sshd") is None:
+            item.add_marker(pytest.mark.sshd)
+        if _is_timing(item) and item.get_closest_marker("xdist_group") is None:
+            item.add_marker(pytest.mark.xdist_group(TIMING_GROUP))
+    items.sort(key=_front_rank)  # stable: every other test keeps its collection order
 
 
 @pytest.fixture(scope="session")

@@ -50,7 +50,14 @@ agent_channel, forwards, transfers, sessions and root 10-30 s each)."""
 
 # The module's fixture runs the whole quick run inside the first test: the suite's 300 s per-test timeout
 # (pyproject) would cut it before its own ceiling.
-pytestmark = [pytest.mark.slow, pytest.mark.sshd, pytest.mark.timeout(QUICK_BUDGET_S + 180)]
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.sshd,
+    pytest.mark.timeout(QUICK_BUDGET_S + 180),
+    # one worker runs the whole module: its module fixture is a whole quick acceptance run (~2 min), which
+    # every worker handed one of these tests would otherwise run again
+    pytest.mark.xdist_group("acceptance-quick"),
+]
 
 
 def _run_reaped(argv: list[str], timeout_s: float, grace_s: float = 60) -> subprocess.CompletedProcess[str]:

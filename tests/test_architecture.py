@@ -309,50 +309,165 @@ def test_the_modules_kept_out_of_serving_exist() -> None:
         assert path.with_suffix(".py").is_file() or (path / "__init__.py").is_file(), name
 
 
-# ------------------------------------------------------------------------------------------ markers
+# ------------------------------------------------------------------------------ test tiers and harness
+# The suite's tiers (tests/fixtures/tiers.py, applied by tests/conftest.py) follow what each test reaches;
+# these checks keep a process-starting helper from slipping past them, and keep acceptance → product and
+# tests → acceptance the only arrows (acceptance/harness holds what both use).
+
+HARNESS_MODULES = ("acceptance/harness", "tests/fixtures")
 
 
-@pytest.mark.slow  # two in-process pytest sessions
-def test_markers_follow_the_fixtures_a_test_reaches_without_being_told(pytester: pytest.Pytester) -> None:
-    # The hook under test is the suite's own (tests/conftest.py); the fixtures here are stand-ins.
-    pytester.makeini("[pytest]\nmarkers =\n    sshd: real sshd\n    slow: slow\n")
-    pytester.makeconftest(
-        """
+def _harness_module_names() -> list[str]:
+    names = []
+    for folder in HARNESS_MODULES:
+        for path in sorted((ROOT / folder).glob("*.py")):
+            module = ".".join(path.relative_to(ROOT).with_suffix("").parts)
+            names.append(module.removesuffix(".__init__"))
+    return [*names, "tests.conftest", *(f"tests.{p}.conftest" for p in ("gateway", "remoteops", "upstream"))]
+
+
+def test_acceptance_never_imports_the_tests() -> None:
+    offenders = sorted(
+        f"{path.relative_to(ROOT)}: {module}"
+        for path in (ROOT / "acceptance").rglob("*.py")
+        for module, _ in _import_nodes(path)
+        if module == "tests" or module.startswith("tests.")
+    )
+    assert offenders == []
+
+
+def test_every_helper_that_starts_a_process_says_what_it_starts() -> None:
+    # A public helper of the harness or the fixtures that reaches a spawning primitive (subprocess, anyio,
+    # asyncio) must carry acceptance.harness.starts(kind): that tag is what puts its users in their tier.
+    from acceptance.harness import STARTS_ATTR
+    from tests.fixtures.tiers import PROCESS, kinds_reached
+
+    untagged = []
+    for name in _harness_module_names():
+        module = importlib.import_module(name)
+        for attr, obj in vars(module).items():
+            if attr.startswith("_") or getattr(obj, "__module__", None) != module.__name__:
+                continue
+            if not (inspect.isfunction(obj) or inspect.isclass(obj)) or hasattr(obj, STARTS_ATTR):
+                continue
+            if PROCESS in kinds_reached([obj]):
+                untagged.append(f"{name}.{attr}")
+    assert untagged == []
+
+
+def test_every_collected_test_has_exactly_one_tier(request: pytest.FixtureRequest) -> None:
+    tiers = ("unit", "component", "system")
+    wrong = [
+        item.nodeid
+        for item in request.session.items
+        if sum(item.get_closest_marker(t) is not None for t in tiers) != 1
+        or (item.get_closest_marker("sshd") is not None and item.get_closest_marker("system") is None)
+        or (item.get_closest_marker("system") is not None) != (item.get_closest_marker("slow") is not None)
+    ]
+    assert wrong == []
+
+
+_SCRATCH_INI = "[pytest]\nmarkers =\n" + "".join(
+    f"    {m}: {m}\n" for m in ("unit", "component", "system", "sshd", "slow")
+)
+_SCRATCH_CONFTEST = """
+import subprocess
 import pytest
 from tests.conftest import pytest_collection_modifyitems  # noqa: F401 - the hook under test
+from tests.fixtures.sshd import start_sshd
 
 @pytest.fixture
 def sshd():
-    return "stand-in"
+    return start_sshd  # referenced, never started: tiers come from what is reached, not from what ran
 
 @pytest.fixture
 def target(sshd):
     return sshd
-
-@pytest.fixture
-def fault():
-    return "stand-in for an upstream server process"
 """
-    )
-    pytester.makepyfile(
-        """
+
+_SCRATCH_TESTS = """
+import subprocess
+import pytest
+from remoteops.embedded import EmbeddedTarget
+from tests.fixtures import libtmux
+from tests.fixtures.gateway_proc import run_gateway as start_gateway
+from tests.upstream.conftest import FaultServer
+
+def _helper():
+    return start_gateway
+
 def test_direct(sshd):
     pass
 
 def test_through_another_fixture(target):
     pass
 
-def test_with_an_upstream_process(fault):
-    pass
+def test_a_context_manager_in_the_body():
+    assert libtmux.tmux_socket
 
-def test_without_either():
+def test_through_a_module_helper_under_another_name():
+    assert _helper()
+
+def test_a_fault_upstream():
+    assert FaultServer
+
+def test_the_embedded_target():
+    assert EmbeddedTarget
+
+def test_a_bare_process():
+    assert subprocess.run
+
+@pytest.mark.unit
+def test_a_bare_process_stated_unit():
+    assert subprocess.run
+
+def test_plain_code():
     pass
 """
+
+
+@pytest.mark.system  # four in-process pytest sessions
+def test_tiers_follow_fixtures_context_managers_and_helpers_a_test_reaches(pytester: pytest.Pytester) -> None:
+    # The hook under test is the suite's own (tests/conftest.py); nothing is started: collection only.
+    pytester.makeini(_SCRATCH_INI)
+    pytester.makeconftest(_SCRATCH_CONFTEST)
+    pytester.makepyfile(test_scratch=_SCRATCH_TESTS)
+
+    def selected(expression: str) -> set[str]:
+        result = pytester.runpytest("--collect-only", "-q", "-m", expression)
+        return {line.split("::")[1] for line in result.outlines if "::" in line}
+
+    system = {
+        "test_direct",
+        "test_through_another_fixture",
+        "test_a_context_manager_in_the_body",
+        "test_through_a_module_helper_under_another_name",
+        "test_a_bare_process",
+    }
+    assert selected("system") == system
+    assert selected("sshd") == {"test_direct", "test_through_another_fixture"}
+    assert selected("component") == {"test_a_fault_upstream", "test_the_embedded_target"}
+    assert (
+        selected("not sshd and not slow")
+        == selected("not system")
+        == {
+            "test_a_fault_upstream",
+            "test_the_embedded_target",
+            "test_a_bare_process_stated_unit",
+            "test_plain_code",
+        }
     )
-    # Two selections pin every marker: exactly the direct and indirect sshd users are sshd, and exactly the
-    # upstream user is slow.
-    pytester.runpytest("-m", "sshd").assert_outcomes(passed=2, deselected=2)
-    pytester.runpytest("-m", "slow").assert_outcomes(passed=1, deselected=3)
+
+
+@pytest.mark.system  # an in-process pytest session
+def test_a_test_stated_below_a_helper_it_reaches_is_a_collection_error(pytester: pytest.Pytester) -> None:
+    pytester.makeini(
+        "[pytest]\nmarkers =\n    unit: u\n    component: c\n    system: s\n    sshd: s\n    slow: s\n"
+    )
+    pytester.makeconftest(_SCRATCH_CONFTEST)
+    pytester.makepyfile("import pytest\n\n@pytest.mark.unit\ndef test_claims_unit(sshd):\n    pass\n")
+    result = pytester.runpytest("--collect-only", "-q")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
 
 
 # ------------------------------------------------------------------------------------------ public surface

@@ -13,8 +13,9 @@ import pytest
 
 from acceptance._mcp import error_of
 from acceptance._registry import PhaseContext, phase
-from tests.fixtures.gateway_proc import GatewayProcess
-from tests.fixtures.node_tools import (
+from acceptance.harness.conformance_scenarios import ALPHA_NOT_TESTABLE, ALPHA_RUN_SCENARIOS, RUN_SCENARIOS
+from acceptance.harness.gateway_proc import GatewayProcess
+from acceptance.harness.node_tools import (
     CONFORMANCE,
     CONFORMANCE_ALPHA,
     INSPECTOR,
@@ -22,7 +23,6 @@ from tests.fixtures.node_tools import (
     NodeTool,
     ensure_tool,
 )
-from tests.gateway.test_clients import ALPHA_NOT_TESTABLE, ALPHA_RUN_SCENARIOS, RUN_SCENARIOS
 
 __all__ = ["KNOWN_GATEWAY_BUGS", "conformance_and_inspector"]
 

@@ -7,8 +7,8 @@ import hashlib
 
 from acceptance._mcp import error_code, structured
 from acceptance._registry import PhaseContext, phase
+from acceptance.harness.procs import processes_mentioning
 from acceptance.phases._util import ms_figures, timed
-from tests.fixtures.procs import processes_mentioning
 
 __all__ = ["structured_exec"]
 

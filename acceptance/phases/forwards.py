@@ -21,8 +21,8 @@ import anyio
 
 from acceptance._mcp import error_code, structured
 from acceptance._registry import PhaseContext, phase
+from acceptance.harness.procs import processes_mentioning
 from acceptance.phases._util import ms_figures, own_gateway_config, pidfd_exited, running, timed
-from tests.fixtures.procs import processes_mentioning
 
 __all__ = ["forwards"]
 

@@ -6,20 +6,9 @@ from __future__ import annotations
 import httpx
 
 from acceptance._registry import PhaseContext, phase
+from acceptance.harness.raw_mcp import ACCEPT, INIT
 
 __all__ = ["auth_and_guard"]
-
-INIT = {
-    "jsonrpc": "2.0",
-    "id": 1,
-    "method": "initialize",
-    "params": {
-        "protocolVersion": "2025-11-25",
-        "capabilities": {},
-        "clientInfo": {"name": "acc", "version": "0"},
-    },
-}
-ACCEPT = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
 
 
 @phase("auth_guard", "bearer auth and the Host/Origin/body guard (401/421/403/413)")

@@ -9,8 +9,8 @@ from typing import Any
 from acceptance._env import Env
 from acceptance._mcp import structured
 from acceptance._registry import PhaseContext, phase, pid_gone
+from acceptance.harness.procs import wait_gone
 from acceptance.phases._util import health, ms_figures, timed
-from tests.fixtures.procs import wait_gone
 
 __all__ = ["multiplex"]
 

@@ -10,7 +10,6 @@ principal of every call, and no token appears in either."""
 from __future__ import annotations
 
 import json
-import re
 import shutil
 import socket
 import time
@@ -21,25 +20,23 @@ import httpx
 from acceptance._env import enter_sync
 from acceptance._mcp import GatewayClient, error_code, structured
 from acceptance._registry import PhaseContext, phase
+from acceptance.harness.oauth_server import AuthServer, run_auth_server
+from acceptance.harness.raw_mcp import (
+    ACCEPT,
+    INIT,
+    INITIALIZED,
+    bearer,
+    challenge,
+    session_headers,
+    tools_call,
+)
 from acceptance.phases._util import wait_until
 from gateway.tools import all_specs
-from tests.fixtures.oauth_server import AuthServer, run_auth_server
 
 __all__ = ["oauth"]
 
 RESOURCE = "https://remoteops-gateway.acceptance.test/mcp"
 METADATA_PATH = "/.well-known/oauth-protected-resource/mcp"
-INIT = {
-    "jsonrpc": "2.0",
-    "id": 1,
-    "method": "initialize",
-    "params": {
-        "protocolVersion": "2025-11-25",
-        "capabilities": {},
-        "clientInfo": {"name": "acc", "version": "0"},
-    },
-}
-ACCEPT = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
 EXECUTE = {s.name for s in all_specs() if s.toolset.value == "execute"}
 
 
@@ -51,22 +48,16 @@ def _refuses_connections(port: int) -> bool:
         return True
 
 
-def _challenge(response: httpx.Response) -> dict[str, str]:
-    header = response.headers.get("www-authenticate", "")
-    scheme, _, params = header.partition(" ")
-    return dict(re.findall(r'(\w+)="([^"]*)"', params)) if scheme == "Bearer" else {}
+_challenge = challenge
 
 
 async def _raw_call(http: httpx.AsyncClient, url: str, token: str, tool: str, args: Any) -> httpx.Response:
     """A real legacy session (initialize, initialized) and one ``tools/call`` on it, as raw HTTP."""
-    auth = {**ACCEPT, "Authorization": f"Bearer {token}"}
+    auth = {**ACCEPT, **bearer(token)}
     init = await http.post(url, json=INIT, headers=auth)
-    session = {"Mcp-Session-Id": init.headers["mcp-session-id"], "Mcp-Protocol-Version": "2025-11-25"}
-    await http.post(
-        url, json={"jsonrpc": "2.0", "method": "notifications/initialized"}, headers={**auth, **session}
-    )
-    call = {"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": tool, "arguments": args}}
-    return await http.post(url, json=call, headers={**auth, **session})
+    session = session_headers(init)
+    await http.post(url, json=INITIALIZED, headers={**auth, **session})
+    return await http.post(url, json=tools_call(tool, args), headers={**auth, **session})
 
 
 @phase(

@@ -12,8 +12,8 @@ from typing import Any
 
 from acceptance._mcp import error_of, structured
 from acceptance._registry import PhaseContext, phase
+from acceptance.harness.browser import chromium, chromium_unavailable_reason, enter_password, visit
 from acceptance.phases._util import ms_figures, timed
-from tests.fixtures.browser import chromium, chromium_unavailable_reason, enter_password, visit
 
 __all__ = ["root"]
 

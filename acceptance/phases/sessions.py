@@ -17,9 +17,9 @@ import anyio
 from acceptance._env import enter_sync
 from acceptance._mcp import GatewayClient, error_code, structured
 from acceptance._registry import PhaseContext, phase
+from acceptance.harness.gateway_proc import run_gateway
+from acceptance.harness.targets import exit_masters, tmux_as_owner, tmux_sessions
 from acceptance.phases._util import ms_figures, timed
-from tests.fixtures.gateway_proc import run_gateway
-from tests.remoteops.session_helpers import exit_masters, tmux_as_owner, tmux_sessions
 
 __all__ = ["sessions"]
 

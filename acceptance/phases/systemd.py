@@ -12,7 +12,7 @@ import anyio
 
 from acceptance._registry import PhaseContext, phase
 from acceptance._systemd_service import checkout_unusable_reason, run_service_scenario
-from tests.fixtures.systemd_target import host_sysctls, systemd_target_unavailable_reason
+from acceptance.harness.systemd_target import host_sysctls, systemd_target_unavailable_reason
 
 __all__ = ["service_under_systemd"]
 

@@ -20,8 +20,8 @@ import anyio
 
 from acceptance._mcp import error_code, structured
 from acceptance._registry import PhaseContext, phase
+from acceptance.harness.targets import Gate, marked_processes, tmux_sessions
 from acceptance.phases._util import ms_figures, own_gateway_config, shared_dir, timed
-from tests.remoteops.task_helpers import Gate, marked_processes, tmux_sessions
 
 __all__ = ["tasks"]
 

@@ -21,8 +21,8 @@ import anyio
 
 from acceptance._mcp import error_code, error_of, structured
 from acceptance._registry import PhaseContext, phase
+from acceptance.harness.procs import processes_mentioning
 from acceptance.phases._util import own_gateway_config, shared_dir
-from tests.fixtures.procs import processes_mentioning
 
 __all__ = ["transfers"]
 

@@ -15,21 +15,10 @@ import pytest
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
+from acceptance.harness.raw_mcp import ACCEPT, INIT
 from tests.fixtures.gateway_proc import GatewayProcess, run_gateway
 
 pytestmark = pytest.mark.slow  # every test talks to a real gateway subprocess
-
-INIT = {
-    "jsonrpc": "2.0",
-    "id": 1,
-    "method": "initialize",
-    "params": {
-        "protocolVersion": "2025-11-25",
-        "capabilities": {},
-        "clientInfo": {"name": "raw", "version": "0"},
-    },
-}
-ACCEPT = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
 
 
 @pytest.fixture(scope="module")

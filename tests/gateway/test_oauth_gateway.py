@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -19,6 +18,16 @@ from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 
+from acceptance.harness.raw_mcp import (
+    ACCEPT,
+    INIT,
+    INITIALIZED,
+    bearer,
+    challenge,
+    session_headers,
+    sse_data,
+    tools_call,
+)
 from gateway._catalog import Toolset
 from gateway._dispatch import error_payload
 from gateway.config import DEFAULT_SCOPES
@@ -34,17 +43,6 @@ pytestmark = [pytest.mark.slow, pytest.mark.anyio]  # a gateway subprocess per m
 RESOURCE = "https://gateway.example.test/mcp"
 METADATA_URL = "https://gateway.example.test/.well-known/oauth-protected-resource/mcp"
 PROXY_PEER = "127.0.0.2"  # the trusted proxy's address; the tests' own requests come from 127.0.0.1
-INIT = {
-    "jsonrpc": "2.0",
-    "id": 1,
-    "method": "initialize",
-    "params": {
-        "protocolVersion": "2025-11-25",
-        "capabilities": {},
-        "clientInfo": {"name": "t", "version": "0"},
-    },
-}
-ACCEPT = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
 # From the catalog, so tools that other toolsets gain later are covered without naming them here.
 INSPECT_TOOLS = {spec.name for spec in all_specs() if spec.toolset is Toolset.INSPECT}
 # The transfer tools are offered only with [transfers] local_roots, which these gateways do not configure.
@@ -109,8 +107,7 @@ def gw(
 
 
 def _post(gw: GatewayProcess, token: str | None, **headers: str) -> httpx.Response:
-    auth = {"Authorization": f"Bearer {token}"} if token else {}
-    return httpx.post(gw.url, json=INIT, headers={**ACCEPT, **auth, **headers}, timeout=10)
+    return httpx.post(gw.url, json=INIT, headers={**ACCEPT, **bearer(token), **headers}, timeout=10)
 
 
 def _claims_cases(idp: AuthServer) -> dict[str, str]:
@@ -210,26 +207,21 @@ def _session(gw: GatewayProcess, http: httpx.Client) -> dict[str, str]:
     """Initialize a legacy streamable-HTTP session; the headers every later request of it carries."""
     r = http.post(gw.url, json=INIT, headers=ACCEPT)
     assert r.status_code == 200
-    headers = {"Mcp-Session-Id": r.headers["mcp-session-id"], "Mcp-Protocol-Version": "2025-11-25"}
-    note = {"jsonrpc": "2.0", "method": "notifications/initialized"}
-    assert http.post(gw.url, json=note, headers={**ACCEPT, **headers}).status_code == 202
+    headers = session_headers(r)
+    assert http.post(gw.url, json=INITIALIZED, headers={**ACCEPT, **headers}).status_code == 202
     return headers
 
 
 def _call(http: httpx.Client, gw: GatewayProcess, headers: dict[str, str], tool: str, **args: Any) -> Any:
-    request = {"jsonrpc": "2.0", "id": 7, "method": "tools/call", "params": {"name": tool, "arguments": args}}
-    return http.post(gw.url, json=request, headers={**ACCEPT, **headers})
+    return http.post(gw.url, json=tools_call(tool, args, 7), headers={**ACCEPT, **headers})
 
 
 def _challenge(response: httpx.Response) -> dict[str, str]:
-    scheme, _, params = response.headers["www-authenticate"].partition(" ")
-    assert scheme == "Bearer"
-    return dict(re.findall(r'(\w+)="([^"]*)"', params))
+    assert response.headers["www-authenticate"].startswith("Bearer ")
+    return challenge(response)
 
 
-def _data(response: httpx.Response) -> dict[str, Any]:
-    data = next(line for line in response.text.splitlines() if line.startswith("data:"))
-    return dict(json.loads(data.removeprefix("data:")))
+_data = sse_data
 
 
 def test_a_call_outside_the_tokens_scopes_gets_403_insufficient_scope_naming_the_scopes_to_ask_for(

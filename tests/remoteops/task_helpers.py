@@ -1,21 +1,20 @@
 """Helpers for the task tests: a RemoteTasks over the real sshd with its remote root in a private /tmp dir,
-FIFO gates a task blocks on (released by the test, no sleeps), and what is left on the target afterwards."""
+FIFO gates a task blocks on (released by the test, no sleeps), and what is left on the target afterwards
+(root, gates and leftovers come from ``acceptance/harness/targets.py``, shared with acceptance)."""
 
 from __future__ import annotations
 
 import os
 import select
-import shutil
-import subprocess
-import tempfile
 from collections.abc import AsyncIterator, Iterator
-from contextlib import asynccontextmanager, contextmanager, suppress
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
 import anyio
 import pytest
 
+from acceptance.harness.targets import Gate, marked_processes, remote_root, tmux_sessions
 from remoteops import RemoteOps, RemoteTasks, StateStore, TaskInfo, TaskSettings, TransportSettings
 from tests.remoteops.conftest import OpsFactory
 
@@ -33,92 +32,6 @@ __all__ = [
     "tasks",
     "tmux_sessions",
 ]
-
-
-@contextmanager
-def remote_root() -> Iterator[Path]:
-    """A fresh absolute task root the target's user may create (its parent is 0777); removed afterwards,
-    with the tmux server on its socket stopped and every process still carrying a task marker killed."""
-    parent = Path(tempfile.mkdtemp(prefix="rogk-", dir="/tmp"))
-    parent.chmod(0o777)
-    root = parent / "tasks"
-    try:
-        yield root
-    finally:
-        sock = root / "tmux.sock"
-        if sock.exists():
-            owner = sock.stat().st_uid
-            subprocess.run(
-                ["setpriv", f"--reuid={owner}", f"--regid={owner}", "--clear-groups", "tmux", "-S", str(sock),
-                 "kill-server"],
-                capture_output=True, check=False, timeout=10,
-            )  # fmt: skip
-        for pid in marked_processes(root):
-            with suppress(ProcessLookupError):
-                os.kill(pid, 9)
-        shutil.rmtree(parent, ignore_errors=True)
-
-
-def _markers(root: Path) -> list[bytes]:
-    found = []
-    for cmd in root.glob("t-*/cmd"):
-        for line in cmd.read_bytes().splitlines():
-            if line.startswith(b"export ROG_TASK_MARK="):
-                found.append(line.removeprefix(b"export ").replace(b"'", b""))
-    return found
-
-
-def marked_processes(root: Path) -> list[int]:
-    """PIDs (on this machine, which is the target) whose environment carries a marker of a task under root."""
-    markers = _markers(root) if root.exists() else []
-    pids = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            env = (entry / "environ").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        if any(m in env for m in markers):
-            pids.append(int(entry.name))
-    return pids
-
-
-def tmux_sessions(root: Path) -> list[str]:
-    sock = root / "tmux.sock"
-    if not sock.exists():
-        return []
-    owner = sock.stat().st_uid
-    out = subprocess.run(
-        ["setpriv", f"--reuid={owner}", f"--regid={owner}", "--clear-groups", "tmux", "-S", str(sock),
-         "list-sessions", "-F", "#{session_name}"],
-        capture_output=True, text=True, check=False, timeout=10,
-    )  # fmt: skip
-    return out.stdout.split()
-
-
-class Gate:
-    """A FIFO a task blocks on (``read x < path``) until the test releases it. Releasing never blocks:
-    the FIFO is opened read-write and kept open (so the line waits for the task) until :meth:`close`."""
-
-    def __init__(self, directory: Path, name: str) -> None:
-        self.path = directory / name
-        os.mkfifo(self.path, 0o666)
-        os.chmod(self.path, 0o666)  # noqa: S103 - the target's user (another uid) must open it
-        self._fd: int | None = None
-
-    def shell(self) -> str:
-        return f"read _gate < {self.path}"
-
-    def release(self) -> None:
-        if self._fd is None:
-            self._fd = os.open(self.path, os.O_RDWR | os.O_NONBLOCK)
-            os.write(self._fd, b"go\n")
-
-    def close(self) -> None:
-        if self._fd is not None:
-            os.close(self._fd)
-            self._fd = None
 
 
 @asynccontextmanager

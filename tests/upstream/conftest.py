@@ -16,6 +16,7 @@ import anyio
 import httpx
 import pytest
 
+from acceptance.harness import starts
 from tests.fixtures.procs import free_port, stop_process, wait_for_port
 from upstream import UpstreamSettings
 
@@ -34,6 +35,7 @@ FAST_BACKOFF: dict[str, Any] = {
 STDIO_START: dict[str, Any] = {"connect_timeout_s": 60.0, "call_wait_s": 60.0}
 
 
+@starts("fault")
 class FaultServer:
     """The fault upstream over streamable HTTP on a fixed port, restartable on that port."""
 
@@ -91,6 +93,7 @@ class FaultServer:
         return UpstreamSettings(**values)
 
 
+@starts("fault")
 @asynccontextmanager
 async def running_fault(state_dir: Path) -> AsyncIterator[FaultServer]:
     """The fault upstream over HTTP on a free port, started (port open) and stopped and reaped afterwards."""
@@ -108,6 +111,7 @@ async def fault_http(tmp_path: Path) -> AsyncIterator[FaultServer]:
         yield server
 
 
+@starts("fault")
 class StdioFault:
     def __init__(self, state_dir: Path) -> None:
         self.state_dir = state_dir
