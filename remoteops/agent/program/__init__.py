@@ -8,6 +8,18 @@ joined text all parts share one namespace) and every ``from __future__`` import,
 ``ast`` (their exact line spans), so formatting cannot change what is dropped. The SHA-256 covers exactly
 the bytes sent; the loader hands it to the program as ``__rog_build__`` and HELLO reports it as ``build``.
 
+Parts, in the order they are joined:
+
+- ``codec`` — the framed protocol (its docstring opens the program), kinds, ``encode``, ``FrameReader``.
+- ``procs`` — the agent's view of processes: the ``/proc`` table and a process tree's live members.
+- ``supervise`` — a call's supervisor: the child subreaper forked for each EXEC.
+- ``exec`` — EXEC on the agent's side: pipes, supervisor, time limit, the verified kill.
+- ``files`` — file primitives on one path: STAT, HASH, READ, WRITE (atomic replace).
+- ``tree`` — file primitives over a tree: LIST, FIND, GREP (iterative walks).
+- ``changes`` — file primitives that change the tree: MKDIR, MOVE, DELETE (iterative).
+- ``workers`` — file requests off the loop, each in its own killable forked worker with a time bound.
+- ``loop`` — the one loop: frames in and out, HELLO and PING, dispatch, signals, reaping, timers.
+
 The gateway imports this package for the codec (frame layout, kinds, ``encode``, ``FrameReader``,
 ``wire_text``/``wire_bytes``): one source of truth for both ends.
 """
