@@ -200,7 +200,9 @@ def _exec_in_sandbox(target: SystemdTarget, figures: dict[str, Any], check: Chec
     ControlMaster sockets) with the service user's own key and known_hosts."""
     out = _probe(target, "exec")
     check(out["stdout"] == ["ro-target\n"] * 3 and out["exit_codes"] == [0] * 3, f"remote_exec: {out}")
-    check(out["masters_created"] == 1 and out["masters_reused"] >= 2, f"ControlMaster in the sandbox: {out}")
+    # One master, reused: the calls after the first may run over the agent channel (one session of that
+    # same master) instead of a new ssh client each, so one reuse is what every carrier choice shows.
+    check(out["masters_created"] == 1 and out["masters_reused"] >= 1, f"ControlMaster in the sandbox: {out}")
     figures["sandboxed_remote_exec"] = {k: out[k] for k in ("masters_created", "masters_reused", "median_ms")}
 
 

@@ -18,7 +18,9 @@ from acceptance.phases._util import ms_figures, own_gateway_config, running, tim
 
 __all__ = ["agent_channel"]
 
-PPID = ["sh", "-c", 'echo "$PPID"']
+# The command's parent is its call's supervisor (a subreaper the agent forks per call); the agent is the
+# supervisor's parent. Under the ssh carrier this is the wrapper's parent, never the agent.
+PPID = ["sh", "-c", 'read -r _ _ _ up _ < /proc/$PPID/stat; echo "$up"']
 """The agent starts each argv itself: the command's parent is the agent process."""
 AGENT_EXIT_S = 10.0
 
