@@ -33,6 +33,7 @@ from remoteops._errors import RemoteOpsError
 from remoteops._exec import Carrier, ExecRequest, RawExec
 from remoteops._models import Capabilities, TargetIdentity
 from remoteops._settings import TargetSpec
+from remoteops.privilege.diagnose import sudo_refusal
 from remoteops.privilege.errors import PrivilegeError, SecretRequired
 from remoteops.privilege.models import (
     PASSWORD_PROVIDERS,
@@ -120,6 +121,7 @@ class Escalator:
 
     def _skip_reason(self, provider: ProviderName, caps: Capabilities | None) -> str | None:
         s = self._settings
+        refusal = sudo_refusal(caps.sudo_said or "", user=caps.user) if caps is not None else None
         if provider == "docker_host_root" and not s.docker_image:
             return "root.docker_image is not configured"
         if caps is None:
@@ -131,9 +133,14 @@ class Escalator:
             if not tools.get("sudo"):
                 return "sudo is not installed"
             if not caps.sudo_nopasswd:
+                if refusal is not None and refusal.kind != "password_required":
+                    return f"{refusal.kind}: {refusal.advice} (sudo said: {refusal.said})"
                 return "sudo -n needs a password for the login user"
-        if provider == "sudo_password" and not tools.get("sudo"):
-            return "sudo is not installed"
+        if provider == "sudo_password":
+            if not tools.get("sudo"):
+                return "sudo is not installed"
+            if refusal is not None and refusal.kind in ("tty_required", "account"):
+                return f"{refusal.kind}: {refusal.advice} (sudo said: {refusal.said})"
         if provider == "su_password" and not tools.get("su"):
             return "su is not installed"
         if provider == "docker_host_root" and s.docker_binary == "docker" and not tools.get("docker"):
