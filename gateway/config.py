@@ -297,6 +297,8 @@ class ToolSettings(BaseModel):
     """Extra own tools enabled although their toolset is not."""
     exclude: tuple[str, ...] = ()
     """Own tools disabled although their toolset is enabled."""
+    process_list_max: Annotated[int, Field(ge=1, le=10_000)] = 1000
+    """The ceiling of ``process_list``'s ``limit``."""
 
 
 class RootSettings(PrivilegeSettings):

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 import remoteops.sessions.scripts as sessions
+import remoteops.system.operations as system
 import remoteops.tasks.scripts as tasks
 from remoteops._sh import program
 
@@ -49,6 +50,30 @@ PROGRAMS = {
         "fd93606557f8d69ba8d9ed9205eedfcaedcdacedb997b817aacfeff611c594d8",
     ),
     "sessions send": (sessions._SEND, "6b0c0411c9078e14458afa20a57630553f5e319d260da7ee8cf507f33e2afff8"),
+    "system info": (
+        system.INFO_SCRIPT,
+        "3a63d04f242bfda9db3bb0289bf4673f8e2229728c98c634c401c24ff80ba48f",
+    ),
+    "system procs": (
+        system.PROCS_SCRIPT,
+        "37e9dd18940431c21d2e6b84623ac71670774d107cd53885972ffa71b2ca9388",
+    ),
+    "system ports": (
+        system.PORTS_SCRIPT,
+        "f0d954c048103ecffb975c35c3aca979d8b93e8d114aee6fa1c13c7d72a7174b",
+    ),
+    "system disk": (
+        system.DISK_SCRIPT,
+        "b14e10d8ed479eb2d562d08a09cbbc9a80e144d1d925984eba05eb507618fbd4",
+    ),
+    "system gpu": (
+        system.GPU_SCRIPT,
+        "9dabc8186f20ca3422b8b2367888181cb4920eab3cd703c8e6265060965e50bc",
+    ),
+    "system signal": (
+        system.SIGNAL_SCRIPT,
+        "8f271bcb5411675032bf5792111fb817ed0e6ecfac0b15c38dfc90a7d52d3911",
+    ),
     "a task's starter": (
         tasks.start_script(task_id="t-1", nonce="n", root="r", want="w", cmd_text="c"),
         "cfa9ad989b19ba230f5a8713faf60b16911c8986b7292ec4a7e3ce776aa8f894",
