@@ -41,6 +41,7 @@ __all__ = [
     "RootSettings",
     "ServerSettings",
     "Settings",
+    "SystemSettings",
     "TargetGrant",
     "ToolSettings",
     "TrustedProxySettings",
@@ -297,6 +298,13 @@ class ToolSettings(BaseModel):
     """Extra own tools enabled although their toolset is not."""
     exclude: tuple[str, ...] = ()
     """Own tools disabled although their toolset is enabled."""
+
+
+class SystemSettings(BaseModel):
+    """``[system]``: bounds of the system inspection tools."""
+
+    model_config = _FROZEN
+
     process_list_max: Annotated[int, Field(ge=1, le=10_000)] = 1000
     """The ceiling of ``process_list``'s ``limit``."""
 
@@ -347,6 +355,7 @@ class Settings(BaseModel):
     sessions: SessionSettings = SessionSettings()
     transfers: TransferSettings = TransferSettings()
     forwards: ForwardSettings = ForwardSettings()
+    system: SystemSettings = SystemSettings()
     root: RootSettings = RootSettings()
     targets: tuple[TargetSpec, ...] = ()
     upstreams: tuple[UpstreamEntry, ...] = ()

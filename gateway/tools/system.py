@@ -92,11 +92,11 @@ async def system_info(ctx: ToolContext, args: TargetIn) -> SystemInfo:
     "command name or PID, sorted by cpu, memory, start or pid, bounded by limit.",
 )
 async def process_list(ctx: ToolContext, args: ProcessListIn) -> ProcessList:
-    ceiling = ctx.runtime.settings.tools.process_list_max
+    ceiling = ctx.runtime.settings.system.process_list_max
     if args.limit > ceiling:
         raise ToolFailure(
             ErrorCode.VALIDATION_ERROR,
-            f"limit must be at most {ceiling} (tools.process_list_max)",
+            f"limit must be at most {ceiling} (system.process_list_max)",
             details={"field": "limit", "ceiling": ceiling},
         )
     return await ctx.runtime.remote.system.processes(
