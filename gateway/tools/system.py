@@ -41,7 +41,9 @@ class TargetIn(Input):
 
 class ProcessListIn(Input):
     target: TargetName
-    limit: int = Field(100, ge=1, le=10_000, description="At most this many (the gateway's ceiling applies).")
+    limit: int | None = Field(
+        None, ge=1, le=10_000, description="At most this many (default 100; the gateway's ceiling applies)."
+    )
     sort: ProcessSort = Field("cpu", description="cpu, memory (RSS), start (newest first) or pid.")
     users: list[str] | None = Field(None, max_length=256, description="User names or uids.")
     names: list[str] | None = Field(None, max_length=256, description="Command names (/proc/PID/comm).")
@@ -93,14 +95,15 @@ async def system_info(ctx: ToolContext, args: TargetIn) -> SystemInfo:
 )
 async def process_list(ctx: ToolContext, args: ProcessListIn) -> ProcessList:
     ceiling = ctx.runtime.settings.system.process_list_max
-    if args.limit > ceiling:
+    limit = min(100, ceiling) if args.limit is None else args.limit
+    if limit > ceiling:
         raise ToolFailure(
             ErrorCode.VALIDATION_ERROR,
             f"limit must be at most {ceiling} (system.process_list_max)",
             details={"field": "limit", "ceiling": ceiling},
         )
     return await ctx.runtime.remote.system.processes(
-        args.target, limit=args.limit, sort=args.sort, users=args.users, names=args.names, pids=args.pids
+        args.target, limit=limit, sort=args.sort, users=args.users, names=args.names, pids=args.pids
     )
 
 
