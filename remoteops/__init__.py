@@ -129,6 +129,19 @@ from remoteops.sessions.models import (
     SessionWaitOutcome,
     SessionWaitResult,
 )
+from remoteops.systemd.errors import SystemdCommandFailed, SystemdError, SystemdMissing, UnitNotFound
+from remoteops.systemd.models import (
+    JournalEntry,
+    JournalPage,
+    UnitAction,
+    UnitActionResult,
+    UnitDependencies,
+    UnitList,
+    UnitListEntry,
+    UnitStatus,
+)
+from remoteops.systemd.names import UNIT_TYPES, ServiceName, UnitName, check_unit, service_unit
+from remoteops.systemd.operations import RemoteSystemd
 from remoteops.tasks.errors import (
     TaskCapabilityMissing,
     TaskConflict,
@@ -175,6 +188,7 @@ from remoteops.transfers.models import (
 
 __all__ = [
     "CAPABILITY_TOOLS",
+    "UNIT_TYPES",
     "AuthError",
     "CancelStep",
     "Capabilities",
@@ -225,6 +239,8 @@ __all__ = [
     "HunkResult",
     "InvalidRequest",
     "ItemChange",
+    "JournalEntry",
+    "JournalPage",
     "KeyName",
     "Leftover",
     "ListError",
@@ -257,6 +273,7 @@ __all__ = [
     "RemoteOpsError",
     "RemoteSessions",
     "RemoteShellError",
+    "RemoteSystemd",
     "RemoteTasks",
     "RenderedCommand",
     "RequestModel",
@@ -270,6 +287,7 @@ __all__ = [
     "SecretSource",
     "SectionError",
     "SendMode",
+    "ServiceName",
     "SessionCapabilityMissing",
     "SessionCloseResult",
     "SessionConflict",
@@ -294,6 +312,9 @@ __all__ = [
     "StateStore",
     "SyncOptions",
     "SyncResult",
+    "SystemdCommandFailed",
+    "SystemdError",
+    "SystemdMissing",
     "TargetIdentity",
     "TargetInfo",
     "TargetName",
@@ -326,6 +347,14 @@ __all__ = [
     "TransportSettings",
     "TransportStats",
     "TreeDepth",
+    "UnitAction",
+    "UnitActionResult",
+    "UnitDependencies",
+    "UnitList",
+    "UnitListEntry",
+    "UnitName",
+    "UnitNotFound",
+    "UnitStatus",
     "UnknownTarget",
     "UnresolvedHost",
     "WaitOutcome",
@@ -333,7 +362,9 @@ __all__ = [
     "atomic_write",
     "check_bytes_or_lines",
     "check_time_limit",
+    "check_unit",
     "permission_denial",
     "render_command",
+    "service_unit",
     "supervised_child",
 ]
