@@ -53,6 +53,9 @@ from remoteops import (
     SessionExited,
     SessionNotFound,
     SessionRemoteError,
+    SystemdCommandFailed,
+    SystemdError,
+    SystemdMissing,
     TaskCapabilityMissing,
     TaskConflict,
     TaskError,
@@ -62,6 +65,7 @@ from remoteops import (
     TransferPathError,
     TransportError,
     TransportLost,
+    UnitNotFound,
     UnknownTarget,
 )
 from upstream import (
@@ -129,6 +133,10 @@ REMOTE_CODES: tuple[tuple[type[RemoteOpsError], ErrorCode], ...] = (
     (SessionCapabilityMissing, ErrorCode.MISSING_REMOTE_CAPABILITY),
     (SessionRemoteError, ErrorCode.REMOTE_NONZERO_EXIT),
     (SessionError, ErrorCode.REMOTE_NONZERO_EXIT),  # the family's base: a session step failed on the target
+    (UnitNotFound, ErrorCode.NOT_FOUND),  # details.unit
+    (SystemdMissing, ErrorCode.MISSING_REMOTE_CAPABILITY),
+    (SystemdCommandFailed, ErrorCode.REMOTE_NONZERO_EXIT),
+    (SystemdError, ErrorCode.REMOTE_NONZERO_EXIT),  # the family's base: systemctl/journalctl failed
     # the shared shapes of the task and session families (each family's own entries above come first)
     (ScopedNotFound, ErrorCode.NOT_FOUND),
     (ScopedConflict, ErrorCode.CONFLICT),

@@ -142,6 +142,15 @@ from remoteops.systemd.models import (
 )
 from remoteops.systemd.names import UNIT_TYPES, ServiceName, UnitName, check_unit, service_unit
 from remoteops.systemd.operations import RemoteSystemd
+from remoteops.systemd.transaction import (
+    FileChange,
+    Gate,
+    GateResult,
+    TransactionRequest,
+    TransactionResult,
+    TransactionStep,
+    UnitChange,
+)
 from remoteops.tasks.errors import (
     TaskCapabilityMissing,
     TaskConflict,
@@ -208,6 +217,7 @@ __all__ = [
     "ExecRequest",
     "ExecResult",
     "FileAccessDenied",
+    "FileChange",
     "FileConflict",
     "FileContent",
     "FileInfo",
@@ -229,6 +239,8 @@ __all__ = [
     "ForwardStartFailed",
     "ForwardView",
     "FreeSpaceFloor",
+    "Gate",
+    "GateResult",
     "GrepContext",
     "GrepMatch",
     "GrepResult",
@@ -334,6 +346,9 @@ __all__ = [
     "TaskState",
     "TaskStream",
     "TaskWaitResult",
+    "TransactionRequest",
+    "TransactionResult",
+    "TransactionStep",
     "TransferCapabilityMissing",
     "TransferFailed",
     "TransferHooks",
@@ -349,6 +364,7 @@ __all__ = [
     "TreeDepth",
     "UnitAction",
     "UnitActionResult",
+    "UnitChange",
     "UnitDependencies",
     "UnitList",
     "UnitListEntry",

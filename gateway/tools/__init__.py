@@ -15,12 +15,24 @@ Modules:
 - ``sessions`` — interactive sessions on a target's tmux.
 - ``transfers`` — ``remote_upload``, ``remote_download``, ``remote_sync``.
 - ``forwards`` — managed SSH port forwards.
+- ``systemd`` — systemd units, the journal and ``admin_transaction``.
 """
 
 from __future__ import annotations
 
 from gateway._catalog import AnySpec
-from gateway.tools import files, files_search, forwards, health, remote, root, sessions, tasks, transfers
+from gateway.tools import (
+    files,
+    files_search,
+    forwards,
+    health,
+    remote,
+    root,
+    sessions,
+    systemd,
+    tasks,
+    transfers,
+)
 
 __all__ = ["all_specs"]
 
@@ -37,4 +49,5 @@ def all_specs() -> list[AnySpec]:
         *sessions.SPECS,
         *transfers.SPECS,
         *forwards.SPECS,
+        *systemd.SPECS,
     ]

@@ -40,13 +40,11 @@ class SystemdMissing(SystemdError, ScopedCapabilityMissing):
     def __init__(
         self, detail: str = "", *, target: str | None = None, unit: str | None = None, tool: str
     ) -> None:
-        SystemdError.__init__(self, detail, target=target, unit=unit)
-        self.tool = tool
+        ScopedCapabilityMissing.__init__(self, detail, target=target, name=unit, tool=tool)
 
 
 class SystemdCommandFailed(SystemdError, ScopedRemoteError):
     def __init__(
         self, detail: str = "", *, target: str | None = None, unit: str | None = None, stage: str
     ) -> None:
-        SystemdError.__init__(self, detail, target=target, unit=unit)
-        self.stage = stage
+        ScopedRemoteError.__init__(self, detail, target=target, name=unit, stage=stage)

@@ -34,6 +34,7 @@ from remoteops.systemd.models import (
 )
 from remoteops.systemd.names import UNIT_TYPES, check_unit, is_unit_name
 from remoteops.systemd.runner import SystemdRunner, run_privileged
+from remoteops.systemd.transaction import TransactionRequest, TransactionResult, run_transaction
 
 __all__ = ["ACTIONS", "TRANSIENT_STATES", "RemoteSystemd", "parse_show"]
 
@@ -289,6 +290,12 @@ class RemoteSystemd:
             self._runner, target, unit=unit, since=since, until=until, priority=priority, grep=grep,
             lines=lines, cursor=cursor, privilege=privilege, escalate=escalate, secrets=secrets,
         )  # fmt: skip
+
+    async def transaction(
+        self, request: TransactionRequest, *, escalate: bool = False, secrets: SecretSource | None = None
+    ) -> TransactionResult:
+        """One reversible change with health gates and a verified rollback (:mod:`.transaction`)."""
+        return await run_transaction(self._runner, self, request, escalate=escalate, secrets=secrets)
 
     async def _settle(self, target: str, unit: str, settle_s: float) -> tuple[UnitStatus | None, bool]:
         deadline = time.monotonic() + settle_s
