@@ -6,7 +6,8 @@ Inside the target: an sshd on its own loopback (127.0.0.1:2222), reached from th
 
 - ``rog-web.service``: refuses to start unless ``/etc/rog/web.conf`` (owned by ``plain``) begins with
   ``ok``; serves HTTP on 127.0.0.1:8080;
-- ``rog-sleep.service``: a long sleep (in /usr/lib, so that ``mask`` can shadow it from /etc); ``rog-esc@.service``: a template (for escaped instance names);
+- ``rog-sleep.service``: a long sleep (in /usr/lib: ``mask`` shadows it from /etc);
+  ``rog-esc@.service``: a template (for escaped instance names);
 - ``rog-log.service``: a oneshot printing ``log-line-1`` … ``log-line-N``.
 """
 
