@@ -12,16 +12,15 @@ import mcp_types as types
 import pytest
 from mcp import Client
 
-from tests.fixtures.systemd_target import systemd_target_unavailable_reason
 from tests.gateway.conftest import ClientFactory
-from tests.remoteops.systemd_helpers import SystemdHost, booted
+from tests.remoteops.systemd_helpers import SystemdHost, booted, unavailable_reason
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
 
 @pytest.fixture(scope="module")
 def host() -> Iterator[SystemdHost]:
-    reason = systemd_target_unavailable_reason()
+    reason = unavailable_reason()
     if reason is not None:
         pytest.skip(f"cannot boot a systemd target here: {reason}")
     with booted() as booted_host:

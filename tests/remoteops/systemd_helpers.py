@@ -22,9 +22,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from remoteops import PrivilegeSettings, RemoteOps, TargetSpec, TransportSettings
-from tests.fixtures.systemd_target import SystemdTarget, systemd_target
+from tests.fixtures.systemd_target import SystemdTarget, systemd_target, systemd_target_unavailable_reason
 
-__all__ = ["LOG_LINES", "SystemdHost", "booted"]
+__all__ = ["LOG_LINES", "SystemdHost", "booted", "unavailable_reason"]
 
 LOG_LINES = 37
 _SSHD_CONFIG = """\
@@ -85,6 +85,14 @@ class SystemdHost:
         """Command lines of every process in the target (to prove nothing was started)."""
         out = self.target.run("ps", "-eo", "args=", check=False).stdout
         return [line.strip() for line in out.splitlines() if line.strip()]
+
+
+def unavailable_reason() -> str | None:
+    """Why the target cannot be booted and reached here, or None."""
+    reason = systemd_target_unavailable_reason()
+    if reason is None and shutil.which("nc") is None:
+        reason = "nc (netcat-openbsd, installed by ops/test.sh) is missing: the ProxyCommand needs it"
+    return reason
 
 
 @contextlib.contextmanager

@@ -10,8 +10,7 @@ from collections.abc import Iterator
 import pytest
 
 from remoteops import InvalidRequest, PolicyDenied, TransactionRequest, UnitName, check_unit
-from tests.fixtures.systemd_target import systemd_target_unavailable_reason
-from tests.remoteops.systemd_helpers import LOG_LINES, SystemdHost, booted
+from tests.remoteops.systemd_helpers import LOG_LINES, SystemdHost, booted, unavailable_reason
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
@@ -31,7 +30,7 @@ HOSTILE = [
 
 @pytest.fixture(scope="module")
 def host() -> Iterator[SystemdHost]:
-    reason = systemd_target_unavailable_reason()
+    reason = unavailable_reason()
     if reason is not None:
         pytest.skip(f"cannot boot a systemd target here: {reason}")
     with booted() as booted_host:
