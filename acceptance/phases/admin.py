@@ -10,7 +10,6 @@ import hashlib
 import time
 from typing import Any
 
-
 from acceptance._registry import PhaseContext, phase
 from remoteops import TransactionRequest
 from tests.fixtures.systemd_target import host_sysctls
