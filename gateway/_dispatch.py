@@ -32,6 +32,7 @@ from gateway._errors import ErrorCode, ToolFailure
 from gateway._redact import Redactor
 from gateway._runtime import Runtime
 from gateway.auth.policy import Policy, Principal
+from gateway.relay.tools import RelayedTool
 from gateway.secrets.broker import INPUT_KEY, Resume, UrlElicitor
 from remoteops import SecretRequired
 from upstream import ElicitCallback, ProgressCallback, UpstreamRejected
@@ -180,6 +181,16 @@ async def _run_own(spec: AnySpec, ctx: ToolContext, arguments: dict[str, Any]) -
     )
 
 
+def _relayed_arguments(rt: Runtime, relayed: RelayedTool | None, arguments: dict[str, Any]) -> Any:
+    """A relayed call's arguments as audited: digested unless its upstream has ``audit_arguments =
+    "clear"`` (the values are the upstream's to interpret: a terminal's ``keys`` may be a password)."""
+    upstreams = rt.settings.upstreams
+    index = relayed.upstream_index if relayed is not None else -1
+    if 0 <= index < len(upstreams) and upstreams[index].audit_arguments == "clear":
+        return arguments
+    return Redactor.digest_values(arguments)
+
+
 def _resume(rt: Runtime, params: types.CallToolRequestParams, principal: Principal) -> Resume | None:
     """The password page answer of a 2026-07-28 retry, when its ``request_state`` is the broker's own."""
     answer = (params.input_responses or {}).get(INPUT_KEY)
@@ -317,7 +328,7 @@ async def dispatch_call(
             outcome=outcome,
             error_code=code,
             duration_ms=duration_ms,
-            arguments=arguments,
+            arguments=arguments if own is not None else _relayed_arguments(rt, relayed, arguments),
             incident=incident,
             identity=principal.audit_fields(),
             facts=facts or None,

@@ -286,6 +286,9 @@ class AuditSettings(BaseModel):
     """JSONL audit file; defaults to ``<state_dir>/audit.jsonl``."""
     max_bytes: Annotated[int, Field(ge=4096)] = 10 * 1024 * 1024
     backups: Annotated[int, Field(ge=0, le=100)] = 3
+    key_file: Path | None = None
+    """The audit chain's MAC key (64 hex, 0600), e.g. a systemd ``LoadCredential`` file; never created.
+    Unset: ``<state_dir>/audit.key``, made on first start (``docs/audit.md``)."""
     ship: AuditShipSettings = AuditShipSettings()
 
 
@@ -329,6 +332,9 @@ class UpstreamEntry(BaseModel):
     prefix: str = ""
     """Prepended to every relayed name (e.g. ``"term_"``); empty keeps upstream names unchanged."""
     on_collision: Literal["prefer_own", "prefix_upstream"] = "prefer_own"
+    audit_arguments: Literal["digest", "clear"] = "digest"
+    """Relayed tool arguments in the audit: each value's length and hash prefix, or (operator opt-in)
+    the values themselves, redacted like own tools' arguments."""
     """A relayed name equal to an own tool: drop it (``prefer_own``) or serve it as ``upstream_<name>``."""
 
 
@@ -373,6 +379,10 @@ class Settings(BaseModel):
     @property
     def audit_path(self) -> Path:
         return self.audit.path or self.state_dir / "audit.jsonl"
+
+    @property
+    def audit_key_path(self) -> Path:
+        return self.audit.key_file or self.state_dir / "audit.key"
 
     @property
     def token_path(self) -> Path:
