@@ -43,6 +43,7 @@ __all__ = [
     "error_payload",
     "error_result",
     "oversized_argument",
+    "scrub_output",
     "unencodable_argument",
 ]
 
@@ -175,10 +176,32 @@ async def _run_own(spec: AnySpec, ctx: ToolContext, arguments: dict[str, Any]) -
     except ValidationError as exc:
         raise _validation_failure(spec.name, exc) from None
     output: BaseModel = await spec.handler(ctx, args)
+    text, structured = spec.render(output), output.model_dump(mode="json")
+    if ctx.runtime.settings.redaction.output == "mask":
+        text, structured = scrub_output(ctx.runtime.redactor, text, structured, ctx.audit_facts)
     return types.CallToolResult(
-        content=[types.TextContent(type="text", text=spec.render(output))],
-        structured_content=output.model_dump(mode="json"),
+        content=[types.TextContent(type="text", text=text)], structured_content=structured
     )
+
+
+def scrub_output(
+    redactor: Redactor, text: str, structured: dict[str, Any], facts: dict[str, Any]
+) -> tuple[str, dict[str, Any]]:
+    """``[redaction] output = "mask"``: credential shapes masked in a result, never silently — the
+    result's ``redacted`` field and the audit record's facts say how many of which kind. A byte-exact
+    result (``encoding = "base64"``) is left as it is, and says so."""
+    if structured.get("encoding") == "base64":
+        note: dict[str, Any] = {"count": 0, "skipped": "encoding=base64 is byte-exact: not scanned"}
+        facts["redacted"] = note
+        return text, {**structured, "redacted": note}
+    kinds: dict[str, int] = {}
+    masked = redactor.scrub_any(structured, kinds)
+    masked_text, _ = redactor.scrub(text)
+    if not kinds:
+        return text, structured
+    note = {"count": sum(kinds.values()), "kinds": kinds}
+    facts["redacted"] = note
+    return masked_text, {**masked, "redacted": note}
 
 
 def _relayed_arguments(rt: Runtime, relayed: RelayedTool | None, arguments: dict[str, Any]) -> Any:

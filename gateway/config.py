@@ -292,6 +292,17 @@ class AuditSettings(BaseModel):
     ship: AuditShipSettings = AuditShipSettings()
 
 
+class RedactionSettings(BaseModel):
+    """``[redaction]``: what is scrubbed beyond logs, audit and errors (which always are)."""
+
+    model_config = _FROZEN
+
+    output: Literal["off", "mask"] = "off"
+    """``mask``: command and file output returned to the client is scanned for the credential shapes
+    (``gateway._redact``) and masked, counted in the result's ``redacted`` field and the audit record;
+    byte-exact reads (``encoding = "base64"``) are never altered and say so."""
+
+
 class ToolSettings(BaseModel):
     model_config = _FROZEN
 
@@ -345,6 +356,7 @@ class Settings(BaseModel):
     server: ServerSettings = ServerSettings()
     auth: AuthSettings = AuthSettings()
     audit: AuditSettings = AuditSettings()
+    redaction: RedactionSettings = RedactionSettings()
     tools: ToolSettings = ToolSettings()
     transport: TransportSettings = TransportSettings()
     tasks: TaskSettings = TaskSettings()

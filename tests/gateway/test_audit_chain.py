@@ -353,3 +353,40 @@ def test_relayed_arguments_are_digested_by_default_and_clear_only_by_opt_in() ->
         {"connection": {"name": "term", "transport": "stdio", "command": ["x"]}}
     )
     assert entry.audit_arguments == "digest"
+
+
+PEM = (
+    "-----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNzaC1rZXktdjEAAAAABG5vbmU=\n-----END OPENSSH PRIVATE KEY-----"
+)
+CLOUD = "AKIAIOSFODNN7EXAMPLE"
+
+
+def test_output_scrubbing_masks_and_counts_planted_keys_and_is_off_by_default() -> None:
+    from gateway._dispatch import scrub_output
+    from gateway.config import Settings
+
+    assert Settings().redaction.output == "off"  # off: results are not touched at all (_run_own)
+    facts: dict[str, Any] = {}
+    exec_out = {"exit_code": 0, "stdout": f"{PEM}\nkey={CLOUD}\n", "stderr": ""}
+    text, out = scrub_output(Redactor(), f"exit 0\n{PEM}\n{CLOUD}", exec_out, facts)
+    assert PEM not in out["stdout"]
+    assert CLOUD not in out["stdout"]
+    assert PEM not in text
+    assert CLOUD not in text
+    assert out["redacted"]["count"] == 2
+    assert set(out["redacted"]["kinds"]) == {"private_key", "aws_access_key_id"}
+    assert facts["redacted"] == out["redacted"]  # in the audit record too
+    read_out = {
+        "path": "/etc/app/.env",
+        "content": "AWS_SECRET_ACCESS_KEY=wJalrXUtnFEMI/K7MDENG\n",
+        "encoding": "utf-8",
+    }
+    _, masked = scrub_output(Redactor(), "", read_out, {})
+    assert "wJalrXUtnFEMI/K7MDENG" not in masked["content"]
+    b64 = {"path": "/k", "content": "LS0tLS1CRUdJTiBSU0EgUFJJVkFURSBLRVktLS0tLQ==", "encoding": "base64"}
+    _, unchanged = scrub_output(Redactor(), "", b64, {})
+    assert unchanged["content"] == b64["content"]
+    assert unchanged["redacted"]["count"] == 0
+    assert "skipped" in unchanged["redacted"]
+    clean = {"stdout": "hello\n"}
+    assert scrub_output(Redactor(), "hello", clean, {}) == ("hello", clean)  # nothing found: as it was
