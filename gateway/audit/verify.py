@@ -69,7 +69,7 @@ class Report:
         return out
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class _Entry:
     file: str
     offset: int
@@ -95,16 +95,17 @@ def audit_files(path: Path) -> tuple[list[Path], list[str]]:
 
 
 def _entries(name: str, data: bytes) -> list[_Entry]:
+    if not data:
+        return []
+    parts = data.split(b"\n")
+    torn = parts.pop()  # b"" when the data ends with a newline
     out: list[_Entry] = []
     offset = 0
-    size = len(data)
-    while offset < size:
-        end = data.find(b"\n", offset)
-        if end < 0:
-            out.append(_Entry(name, offset, data[offset:], False, offset == 0))
-            break
-        out.append(_Entry(name, offset, data[offset:end], True, offset == 0))
-        offset = end + 1
+    for line in parts:
+        out.append(_Entry(name, offset, line, True, offset == 0))
+        offset += len(line) + 1
+    if torn:
+        out.append(_Entry(name, offset, torn, False, offset == 0))
     return out
 
 

@@ -293,6 +293,7 @@ async def test_chaining_costs_at_most_a_tenth_of_the_audit_throughput(tmp_path: 
     assert rates[True] >= 0.9 * rates[False]
 
 
+@pytest.mark.slow  # a timing: alone on the machine, not beside the fast tier
 def test_verification_walks_at_least_100k_records_per_second(tmp_path: Path) -> None:
     from gateway.audit.chain import Chain, HeadFile
     from gateway.audit.log import _AuditFile
