@@ -13,7 +13,8 @@ pass through it:
   forwards; state-store problems), by ``Redactor.any`` (``tools/health``).
 
 Successful tool results (a command's stdout, a relayed tool's answer) are the caller's data and are not
-rewritten.
+rewritten — unless ``[redaction] output = "mask"``: then own tools' results pass :meth:`Redactor.scrub_any`
+(``_dispatch.scrub_output``), counted in the result's ``redacted`` field, base64 reads untouched.
 
 Two mechanisms, applied together:
 
@@ -21,9 +22,14 @@ Two mechanisms, applied together:
   stdin, text, authorization, cookie) and every value of an ``env`` or ``headers`` mapping are replaced by
   ``{"len": N, "sha256_prefix": "..."}`` so an operator can correlate without the value being written;
   keys naming a file, path or directory (``token_file``, ``bearer_token_file``…) hold paths and stay;
-* **pattern redaction** — every remaining string is scrubbed of ``password=…``, ``token=…``,
-  ``api_key=…``, ``secret=…``, ``Authorization: Bearer|Basic|Token …`` and PEM private-key blocks, and of
-  any *known secret* registered at runtime (the bearer token, upstream credentials).
+* **pattern redaction** — every remaining string is scrubbed of the well-known credential shapes
+  (:data:`_SHAPES`: PEM/PGP private keys, ``Authorization``/``Bearer`` tokens, JWTs, AWS key ids, GitHub,
+  GitLab, Slack, Google and Stripe tokens, ``user:password@`` in URLs, ``NAME=value`` where the name holds
+  password/secret/token/api_key/access_key/credential — ``AWS_SECRET_ACCESS_KEY=…`` too), and of any *known
+  secret* registered at runtime (the bearer token, upstream credentials, the audit MAC key).
+
+Audit arguments are also bounded (:meth:`Redactor.audit_arguments`): strings over 4096 characters and
+argument sets over :data:`MAX_AUDIT_ARGUMENTS` as JSON are recorded as digests.
 """
 
 from __future__ import annotations
