@@ -200,10 +200,6 @@ class Drain:
         self.read: ReadStream[SessionMessage | Exception] = _Reader(self)
         self.write: WriteStream[SessionMessage] = _Writer(self)
 
-    @property
-    def in_flight(self) -> int:
-        return len(self._pending)
-
     def stop(self) -> None:
         """Read no more requests (the reader waits until the connection is torn down)."""
         self._stopping.set()
