@@ -32,6 +32,7 @@ from gateway._errors import ErrorCode, ToolFailure
 from gateway._redact import Redactor
 from gateway._runtime import Runtime
 from gateway.auth.policy import Policy, Principal
+from gateway.relay.tools import RelayedTool
 from gateway.secrets.broker import INPUT_KEY, Resume, UrlElicitor
 from remoteops import SecretRequired
 from upstream import ElicitCallback, ProgressCallback, UpstreamRejected
@@ -42,6 +43,7 @@ __all__ = [
     "error_payload",
     "error_result",
     "oversized_argument",
+    "scrub_output",
     "unencodable_argument",
 ]
 
@@ -174,10 +176,42 @@ async def _run_own(spec: AnySpec, ctx: ToolContext, arguments: dict[str, Any]) -
     except ValidationError as exc:
         raise _validation_failure(spec.name, exc) from None
     output: BaseModel = await spec.handler(ctx, args)
+    text, structured = spec.render(output), output.model_dump(mode="json")
+    if ctx.runtime.settings.redaction.output == "mask":
+        text, structured = scrub_output(ctx.runtime.redactor, text, structured, ctx.audit_facts)
     return types.CallToolResult(
-        content=[types.TextContent(type="text", text=spec.render(output))],
-        structured_content=output.model_dump(mode="json"),
+        content=[types.TextContent(type="text", text=text)], structured_content=structured
     )
+
+
+def scrub_output(
+    redactor: Redactor, text: str, structured: dict[str, Any], facts: dict[str, Any]
+) -> tuple[str, dict[str, Any]]:
+    """``[redaction] output = "mask"``: credential shapes masked in a result, never silently — the
+    result's ``redacted`` field and the audit record's facts say how many of which kind. A byte-exact
+    result (``encoding = "base64"``) is left as it is, and says so."""
+    if structured.get("encoding") == "base64":
+        note: dict[str, Any] = {"count": 0, "skipped": "encoding=base64 is byte-exact: not scanned"}
+        facts["redacted"] = note
+        return text, {**structured, "redacted": note}
+    kinds: dict[str, int] = {}
+    masked = redactor.scrub_any(structured, kinds)
+    masked_text, _ = redactor.scrub(text)
+    if not kinds:
+        return text, structured
+    note = {"count": sum(kinds.values()), "kinds": kinds}
+    facts["redacted"] = note
+    return masked_text, {**masked, "redacted": note}
+
+
+def _relayed_arguments(rt: Runtime, relayed: RelayedTool | None, arguments: dict[str, Any]) -> Any:
+    """A relayed call's arguments as audited: digested unless its upstream has ``audit_arguments =
+    "clear"`` (the values are the upstream's to interpret: a terminal's ``keys`` may be a password)."""
+    upstreams = rt.settings.upstreams
+    index = relayed.upstream_index if relayed is not None else -1
+    if 0 <= index < len(upstreams) and upstreams[index].audit_arguments == "clear":
+        return arguments
+    return Redactor.digest_values(arguments)
 
 
 def _resume(rt: Runtime, params: types.CallToolRequestParams, principal: Principal) -> Resume | None:
@@ -317,7 +351,7 @@ async def dispatch_call(
             outcome=outcome,
             error_code=code,
             duration_ms=duration_ms,
-            arguments=arguments,
+            arguments=arguments if own is not None else _relayed_arguments(rt, relayed, arguments),
             incident=incident,
             identity=principal.audit_fields(),
             facts=facts or None,

@@ -84,6 +84,9 @@ class Runtime:
             backups=settings.audit.backups,
             redactor=self.redactor,
             shipper=_shipper(settings, self.redactor),
+            key_file=settings.audit_key_path,
+            head_file=settings.state_dir / "audit.head",
+            create_key=settings.audit.key_file is None,
         )
         self.remote = RemoteOps(settings.transport, settings.targets, privilege=settings.root)
         # passwords for root: entered on a one-time page (the HTTP listener, else a loopback one)

@@ -129,6 +129,39 @@ def _parser() -> argparse.ArgumentParser:
     )
     _add_config(check)
 
+    audit = sub_parser("audit", "audit trail commands")
+    audit_sub = audit.add_subparsers(dest="audit_command", required=True, metavar="SUBCOMMAND")
+    verify = audit_sub.add_parser(
+        "verify",
+        help="verify the audit chain (current and rotated files, and the head)",
+        description="Walk the audit files oldest first and check every record's sequence number and MAC; "
+        "print a JSON report on stdout. Exit status 0 when intact, 1 when a record was edited, inserted, "
+        "deleted or reordered, the tail is cut or a rotation link is broken, 2 on a usage error "
+        "(no key, no audit file).",
+    )
+    _add_config(verify)
+    verify.add_argument(
+        "--from",
+        dest="from_file",
+        type=Path,
+        metavar="FILE",
+        help="the live audit file "
+        "to start from (its rotated FILE.1 … beside it); default: the configured one",
+    )
+    verify.add_argument(
+        "--key",
+        type=Path,
+        metavar="FILE",
+        help="the MAC key file (default audit.key_file or <state_dir>/audit.key)",
+    )
+    verify.add_argument(
+        "--head",
+        type=Path,
+        metavar="FILE",
+        help="the chain head to check the tail against "
+        "(default <state_dir>/audit.head, unless --from is given)",
+    )
+
     tools = sub_parser("tools", "print the own-tool catalog")
     tools.add_argument("--markdown", action="store_true", help="as the README's Markdown table")
     return parser
@@ -189,6 +222,39 @@ def _config_check(settings: Settings) -> int:
         verdict += f"; {len(warnings)} warning(s) above"
     print(f"remoteops-gateway: configuration OK: {verdict}", file=sys.stderr)
     return 0
+
+
+def _audit_verify(settings: Settings, from_file: Path | None, key: Path | None, head: Path | None) -> int:
+    from gateway.audit.chain import load_key
+    from gateway.audit.verify import verify_files
+
+    path = from_file or settings.audit_path
+    if not path.exists() and not path.with_name(f"{path.name}.1").exists():
+        print(f"remoteops-gateway: no audit file at {path}", file=sys.stderr)
+        return 2
+    try:
+        mac_key = load_key(key or settings.audit_key_path, create=False)
+    except ConfigError as exc:
+        print(f"remoteops-gateway: {exc}", file=sys.stderr)
+        return 2
+    if head is None and from_file is None:
+        head = settings.state_dir / "audit.head"
+    report = verify_files(
+        path, mac_key, head_file=head, backups=None if from_file else settings.audit.backups
+    )
+    print(json.dumps(report.as_dict(), indent=2))
+    if report.problem is None:
+        print(
+            f"remoteops-gateway: audit intact: {report.records} record(s) in {len(report.files)} file(s)",
+            file=sys.stderr,
+        )
+        return 0
+    p = report.problem
+    print(
+        f"remoteops-gateway: audit {p.kind} at {p.file} offset {p.offset} seq {p.seq}: {p.detail}",
+        file=sys.stderr,
+    )
+    return 1
 
 
 def _prepare_state_dir(settings: Settings) -> None:
@@ -318,6 +384,10 @@ def _run(args: argparse.Namespace) -> int:
     settings = load_settings(args.config)
     if args.command == "config":
         code = _config_check(settings)
+        sys.stdout.flush()
+        return code
+    if args.command == "audit":
+        code = _audit_verify(settings, args.from_file, args.key, args.head)
         sys.stdout.flush()
         return code
     if args.command == "serve":

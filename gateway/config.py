@@ -41,6 +41,7 @@ __all__ = [
     "RootSettings",
     "ServerSettings",
     "Settings",
+    "SystemSettings",
     "TargetGrant",
     "ToolSettings",
     "TrustedProxySettings",
@@ -286,7 +287,21 @@ class AuditSettings(BaseModel):
     """JSONL audit file; defaults to ``<state_dir>/audit.jsonl``."""
     max_bytes: Annotated[int, Field(ge=4096)] = 10 * 1024 * 1024
     backups: Annotated[int, Field(ge=0, le=100)] = 3
+    key_file: Path | None = None
+    """The audit chain's MAC key (64 hex, 0600), e.g. a systemd ``LoadCredential`` file; never created.
+    Unset: ``<state_dir>/audit.key``, made on first start (``docs/audit.md``)."""
     ship: AuditShipSettings = AuditShipSettings()
+
+
+class RedactionSettings(BaseModel):
+    """``[redaction]``: what is scrubbed beyond logs, audit and errors (which always are)."""
+
+    model_config = _FROZEN
+
+    output: Literal["off", "mask"] = "off"
+    """``mask``: command and file output returned to the client is scanned for the credential shapes
+    (``gateway._redact``) and masked, counted in the result's ``redacted`` field and the audit record;
+    byte-exact reads (``encoding = "base64"``) are never altered and say so."""
 
 
 class ToolSettings(BaseModel):
@@ -297,6 +312,15 @@ class ToolSettings(BaseModel):
     """Extra own tools enabled although their toolset is not."""
     exclude: tuple[str, ...] = ()
     """Own tools disabled although their toolset is enabled."""
+
+
+class SystemSettings(BaseModel):
+    """``[system]``: bounds of the system inspection tools."""
+
+    model_config = _FROZEN
+
+    process_list_max: Annotated[int, Field(ge=1, le=10_000)] = 1000
+    """The ceiling of ``process_list``'s ``limit``."""
 
 
 class RootSettings(PrivilegeSettings):
@@ -329,6 +353,9 @@ class UpstreamEntry(BaseModel):
     prefix: str = ""
     """Prepended to every relayed name (e.g. ``"term_"``); empty keeps upstream names unchanged."""
     on_collision: Literal["prefer_own", "prefix_upstream"] = "prefer_own"
+    audit_arguments: Literal["digest", "clear"] = "digest"
+    """Relayed tool arguments in the audit: each value's length and hash prefix, or (operator opt-in)
+    the values themselves, redacted like own tools' arguments."""
     """A relayed name equal to an own tool: drop it (``prefer_own``) or serve it as ``upstream_<name>``."""
 
 
@@ -339,12 +366,14 @@ class Settings(BaseModel):
     server: ServerSettings = ServerSettings()
     auth: AuthSettings = AuthSettings()
     audit: AuditSettings = AuditSettings()
+    redaction: RedactionSettings = RedactionSettings()
     tools: ToolSettings = ToolSettings()
     transport: TransportSettings = TransportSettings()
     tasks: TaskSettings = TaskSettings()
     sessions: SessionSettings = SessionSettings()
     transfers: TransferSettings = TransferSettings()
     forwards: ForwardSettings = ForwardSettings()
+    system: SystemSettings = SystemSettings()
     root: RootSettings = RootSettings()
     targets: tuple[TargetSpec, ...] = ()
     upstreams: tuple[UpstreamEntry, ...] = ()
@@ -373,6 +402,10 @@ class Settings(BaseModel):
     @property
     def audit_path(self) -> Path:
         return self.audit.path or self.state_dir / "audit.jsonl"
+
+    @property
+    def audit_key_path(self) -> Path:
+        return self.audit.key_file or self.state_dir / "audit.key"
 
     @property
     def token_path(self) -> Path:

@@ -14,7 +14,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-pkgs="openssh-server openssh-client rsync sudo tmux procps iproute2 zsh chromium podman runc shellcheck"
+pkgs="openssh-server openssh-client rsync sudo tmux procps iproute2 zsh chromium podman runc shellcheck netcat-openbsd"
 if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
   missing=""
   for p in $pkgs; do

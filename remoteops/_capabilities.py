@@ -26,7 +26,10 @@ for t in "$@"; do if command -v "$t" >/dev/null 2>&1; then echo "$t 1"; else ech
 echo '@@rsync'
 if command -v rsync >/dev/null 2>&1; then rsync --version 2>/dev/null | head -n 1; fi
 echo '@@sudo'
-if command -v sudo >/dev/null 2>&1 && sudo -n true </dev/null >/dev/null 2>&1; then echo 1; else echo 0; fi
+if command -v sudo >/dev/null 2>&1; then
+  if e=$(sudo -n true 2>&1 </dev/null >/dev/null); then echo 1
+  else echo 0; printf '%s\n' "$e" | tail -n 3; fi
+else echo 0; fi
 """
 PROBE_ARGV = ("sh", "-c", _PROBE, "rog-probe", *TOOLS)
 _RSYNC_VERSION = re.compile(r"^rsync\s+version\s+v?(\d+(?:\.\d+)*)")
@@ -83,6 +86,7 @@ def parse_probe(target: str, identity: TargetIdentity, stdout: str) -> Capabilit
         uid=int(uid_text) if uid_text and uid_text.isdigit() else None,
         tools=tools,
         sudo_nopasswd=first("sudo") == "1",
+        sudo_said=" ".join(x.strip() for x in sections.get("sudo", [])[1:] if x.strip())[:300] or None,
         rsync_version=rsync_version(first("rsync")),
         probed_at=time.time(),
     )

@@ -80,6 +80,7 @@ class Capabilities(BaseModel):
     uid: int | None = None
     tools: dict[str, bool] = Field(default_factory=dict)  # every probed tool, present or absent
     sudo_nopasswd: bool = False  # ``sudo -n true`` succeeded
+    sudo_said: str | None = None  # what ``sudo -n true`` printed when it failed (requiretty, password, ...)
     rsync_version: str | None = None  # the target's ``rsync --version`` (``3.2.7``), when rsync is there
     probed_at: float  # epoch seconds
     carrier: Literal["agent", "ssh"] | None = None  # how commands reach the target now (see CarrierState)

@@ -37,6 +37,8 @@ from remoteops.ssh.carrier import SshProcessCarrier
 from remoteops.ssh.master import Master
 from remoteops.ssh.pool import MasterPool
 from remoteops.ssh.resolve import IdentityResolver
+from remoteops.system.operations import RemoteSystem
+from remoteops.systemd.operations import RemoteSystemd
 
 __all__ = ["RemoteOps"]
 
@@ -67,6 +69,10 @@ class RemoteOps:
         self._agent: AgentCarrier | None = None
         self._carrier: Carrier | None = None
         self._files = RemoteFiles(self, ceiling_s=settings.exec_timeout_default_s)
+        self._system = RemoteSystem(
+            self, output_cap_bytes=settings.output_cap_bytes, ceiling_s=settings.exec_timeout_max_s
+        )
+        self._systemd = RemoteSystemd(self)
 
     async def __aenter__(self) -> Self:
         tg = anyio.create_task_group()
@@ -120,6 +126,16 @@ class RemoteOps:
     def files(self) -> RemoteFiles:
         """Structured file operations (stat, read, write, list, mkdir, move, delete) over the agent."""
         return self._files
+
+    @property
+    def system(self) -> RemoteSystem:
+        """System inspection (info, processes, ports, disk, GPUs) and identity-checked process signals."""
+        return self._system
+
+    @property
+    def systemd(self) -> RemoteSystemd:
+        """systemd units (status, list, dependencies, actions), the journal and admin transactions."""
+        return self._systemd
 
     async def agent_request(
         self, target: str, kind: int, meta: dict[str, Any], data: bytes = b""

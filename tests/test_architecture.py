@@ -589,7 +589,7 @@ def test_the_architecture_docs_name_every_sub_package() -> None:
 
 CORE_PACKAGES = ("ssh", "agent", "privilege")
 CORE_PUBLIC_MODULES = ("requests",)  # root modules of the core without the underscore: public by name
-CAPABILITY_PACKAGES = ("files", "tasks", "sessions", "transfers", "forwards")
+CAPABILITY_PACKAGES = ("files", "tasks", "sessions", "transfers", "forwards", "system", "systemd")
 FACADE_MODULES = ("remoteops", "remoteops._ops")
 # Imports of remoteops modules inside functions (run when called, outside the module graph below), each with
 # the reason it is lazy. Anything else is imported at module level, where the cycle check sees it.

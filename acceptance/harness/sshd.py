@@ -19,8 +19,11 @@ Banner users, whose login shell prints text before any command runs (on stdout a
 zsh is installed, ``ro-zsh`` (zsh; ``~/.zshenv`` echoes, part of it without a newline). Their rc files are
 rewritten at every start.
 
+``ro-tty`` (NOPASSWD sudo) and ``ro-ttypw`` (sudo with a password) whose sudo has ``Defaults requiretty``
+(a sudoers drop-in of this fixture session, removed at its end): sudo refuses them without a terminal.
+
 Aliases in the config: ``sshd-plain``, ``sshd-sudo``, ``sshd-pass``, ``sshd-nopy``, ``sshd-root``,
-``sshd-bashrc``, ``sshd-dash``, ``sshd-zsh`` (working), and fault
+``sshd-bashrc``, ``sshd-dash``, ``sshd-zsh``, ``sshd-tty``, ``sshd-ttypass`` (working), and fault
 aliases ``sshd-badhostkey`` (known_hosts holds a different key), ``sshd-wrongkey`` (client key not
 authorized), ``sshd-closed`` (a closed local port). ``start_sshd(max_sessions=N)`` sets sshd's
 ``MaxSessions`` (10 by default).
@@ -49,7 +52,18 @@ __all__ = ["SSHD_BINARY", "SshdInstance", "SshdUnavailable", "sshd_unavailable_r
 SSHD_BINARY = Path("/usr/sbin/sshd")
 _STATE_DIR = Path("/var/lib/rog-test-sshd")
 SU_USER = "ro-toor"
-_USERS = {"plain": "ro-plain", "sudo": "ro-sudo", "pass": "ro-pass", "nopy": "ro-nopy", "root": "root"}
+_USERS = {
+    "plain": "ro-plain",
+    "sudo": "ro-sudo",
+    "pass": "ro-pass",
+    "nopy": "ro-nopy",
+    "root": "root",
+    "tty": "ro-tty",
+    "ttypass": "ro-ttypw",
+}
+_TTY_DROPIN_PREFIX = (
+    "rog-test-tty-"  # + "<pid>-<random>": one drop-in per fixture session, removed at its end
+)
 _ZSH = shutil.which("zsh")
 # role -> (user, login shell, {file under its home: content}); noise on stdout and stderr before any command
 _BANNER_USERS: dict[str, tuple[str, str, dict[str, str]]] = {
@@ -102,6 +116,7 @@ class SshdInstance:
     pass_password: str = field(repr=False)  # sudo password of ro-pass
     su_password: str = field(repr=False, default="")  # password of su_user (uid 0)
     su_user: str = "ro-toor"
+    tty_password: str = field(repr=False, default="")  # sudo password of ro-ttypw (sudo requires a tty)
     aliases: dict[str, str] = field(default_factory=dict)  # role -> alias (plain, sudo, pass, root, ...)
     users: dict[str, str] = field(default_factory=dict)  # role -> login user
 
@@ -157,18 +172,20 @@ def _ensure_su_target() -> str:
     return _stable_password(SU_USER)
 
 
-def _ensure_users() -> tuple[str, str]:
-    """Create the test users when missing; return ro-pass's sudo password and ro-toor's (stable, 0600)."""
+def _ensure_users() -> tuple[str, str, str]:
+    """Create the test users when missing; return the sudo passwords of ro-pass and ro-ttypw and ro-toor's
+    password (stable, 0600)."""
     _STATE_DIR.mkdir(mode=0o700, parents=True, exist_ok=True)
     os.chmod(_STATE_DIR, 0o700)
     with open(_STATE_DIR / "lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        for user in ("ro-plain", "ro-sudo", "ro-pass", "ro-nopy"):
+        for user in ("ro-plain", "ro-sudo", "ro-pass", "ro-nopy", "ro-tty", "ro-ttypw"):
             if not _user_exists(user):
                 _run(["useradd", "-m", "-s", "/bin/sh", user])
         _run(["usermod", "-p", "*", "ro-plain"])
         _run(["usermod", "-p", "*", "ro-sudo"])
         _run(["usermod", "-p", "*", "ro-nopy"])
+        _run(["usermod", "-p", "*", "ro-tty"])
         _ensure_banner_users()
         sudoers = Path("/etc/sudoers.d/rog-test-users")
         wanted = "ro-sudo ALL=(ALL) NOPASSWD: ALL\nro-pass ALL=(ALL) ALL\n"
@@ -177,7 +194,31 @@ def _ensure_users() -> tuple[str, str]:
             tmp.write_text(wanted)
             os.chmod(tmp, 0o440)
             os.replace(tmp, sudoers)
-        return _stable_password("ro-pass"), _ensure_su_target()
+        return _stable_password("ro-pass"), _stable_password("ro-ttypw"), _ensure_su_target()
+
+
+def _install_tty_dropin() -> Path:
+    """``Defaults requiretty`` for ro-tty (NOPASSWD) and ro-ttypw (password): a drop-in of this session only
+    (concurrent sessions each hold their own, identical one), removed by :func:`_remove_tty_dropin`. Those
+    of sessions that died without teardown (their pid is gone) are removed here."""
+    directory = Path("/etc/sudoers.d")
+    for old in directory.glob(f"{_TTY_DROPIN_PREFIX}*"):
+        pid = old.name.removeprefix(_TTY_DROPIN_PREFIX).split("-", 1)[0]
+        if pid.isdigit() and not Path(f"/proc/{pid}").exists():
+            old.unlink(missing_ok=True)
+    dropin = directory / f"{_TTY_DROPIN_PREFIX}{os.getpid()}-{secrets.token_hex(4)}"
+    tmp = directory / f".{dropin.name}.tmp"  # a name with a dot: sudo skips it
+    tmp.write_text(
+        "Defaults:ro-tty requiretty\nDefaults:ro-ttypw requiretty\n"
+        "ro-tty ALL=(ALL) NOPASSWD: ALL\nro-ttypw ALL=(ALL) ALL\n"
+    )
+    os.chmod(tmp, 0o440)
+    os.replace(tmp, dropin)
+    return dropin
+
+
+def _remove_tty_dropin(dropin: Path) -> None:
+    dropin.unlink(missing_ok=True)
 
 
 def _ensure_banner_users() -> None:
@@ -299,7 +340,8 @@ def start_sshd(workdir: Path | None = None, *, max_sessions: int = 10) -> Iterat
     reason = sshd_unavailable_reason()
     if reason is not None:
         raise SshdUnavailable(reason)
-    password, su_password = _ensure_users()
+    password, tty_password, su_password = _ensure_users()
+    dropin: Path | None = None
     Path("/run/sshd").mkdir(mode=0o755, exist_ok=True)
     own_work = workdir is None
     work = Path(tempfile.mkdtemp(prefix="rogsshd-", dir="/tmp")) if workdir is None else workdir.resolve()
@@ -313,6 +355,7 @@ def start_sshd(workdir: Path | None = None, *, max_sessions: int = 10) -> Iterat
     # refused and no other server (a later bind to port 0) can be handed that port meanwhile
     closed = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     try:
+        dropin = _install_tty_dropin()
         closed.bind(("127.0.0.1", 0))
         closed_port = int(closed.getsockname()[1])
         host_pub = _keygen(work / "host_ed25519", "rog-test-host")
@@ -364,12 +407,15 @@ def start_sshd(workdir: Path | None = None, *, max_sessions: int = 10) -> Iterat
             pass_password=password,
             su_password=su_password,
             su_user=SU_USER,
+            tty_password=tty_password,
             aliases=aliases,
             users=dict(_USERS),
         )
     finally:
         if proc is not None:
             _stop(proc)
+        if dropin is not None:
+            _remove_tty_dropin(dropin)
         closed.close()
         shutil.rmtree(control_dir, ignore_errors=True)
         if own_work:

@@ -17,6 +17,7 @@ MODULES = (
     "guard",
     "conformance",
     "systemd",
+    "admin",
     "burnin",
     "files",  # after multiplex and burnin: its calls boot the target's agent, which then carries their calls
     "tasks",

@@ -41,6 +41,7 @@ from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStre
 from structlog.typing import EventDict, WrappedLogger
 
 from gateway._redact import Redactor
+from gateway.audit.chain import Chain, HeadFile, load_key
 
 if TYPE_CHECKING:
     from gateway.audit.ship import AuditShipper
@@ -63,12 +64,14 @@ class _Outcome:
 
 
 class _AuditFile:
-    """Appends lines and rotates by size (path, path.1 … path.N). Runs in a worker thread only."""
+    """Appends lines and rotates by size (path, path.1 … path.N), sealing each line into the chain when
+    there is one (a rotation starts the new file with a header linking it). Runs in a worker thread only."""
 
-    def __init__(self, path: Path, max_bytes: int, backups: int) -> None:
+    def __init__(self, path: Path, max_bytes: int, backups: int, chain: Chain | None = None) -> None:
         self._path = path
         self._max_bytes = max_bytes
         self._backups = backups
+        self.chain = chain
 
     def _open(self) -> int:
         try:
@@ -111,30 +114,57 @@ class _AuditFile:
         self._path.replace(first)
         first.chmod(_MODE)
 
-    def append(self, lines: list[str]) -> _Outcome:
-        written = 0
+    def append(self, lines: list[str]) -> tuple[_Outcome, list[str]]:
+        """Write ``lines``; the outcome, and the lines as sealed (rotation headers included). Every line
+        of the batch is sealed, also those the file refused: they are shipped all the same, and their
+        gap in the file is what a verifier reports."""
+        chain = self.chain
+        sealed: list[str] = []
+        done = written = 0
         fd = -1
+        error: str | None = None
         try:
+            if chain is not None:
+                chain.resume(self._path)
             fd = self._open()
             for line in lines:
                 data = (line + "\n").encode("utf-8", "backslashreplace")
+                size_after = len(data) + (chain.seal_overhead() if chain is not None else 0)
                 st = os.fstat(fd)
                 size = st.st_size if stat.S_ISREG(st.st_mode) else 0  # only regular files rotate
-                if size and size + len(data) > self._max_bytes:
+                if size and size + size_after > self._max_bytes:
                     os.close(fd)
                     fd = -1
                     self._rotate()
                     fd = self._open()
+                    if chain is not None:  # the new file starts with the link to the previous one
+                        previous = f"{self._path.name}.1" if self._backups else ""
+                        header = chain.rotation_header(previous, _now())
+                        sealed.append(header)
+                        _write_all(fd, (header + "\n").encode("ascii"))
+                if chain is not None:
+                    line = chain.seal(line)
+                    data = (line + "\n").encode("utf-8", "backslashreplace")
+                sealed.append(line)
+                done += 1
                 _write_all(fd, data)
                 written += 1
         except OSError as exc:
-            return _Outcome(written, f"{type(exc).__name__}: {exc.strerror or exc}")
+            error = f"{type(exc).__name__}: {exc.strerror or exc}"
         except Exception as exc:  # the audit file must never take the server down: counted and shown instead
-            return _Outcome(written, f"{type(exc).__name__}: {exc}")
+            error = f"{type(exc).__name__}: {exc}"
         finally:
             if fd >= 0:
                 os.close(fd)
-        return _Outcome(written, None)
+        if chain is None:
+            return _Outcome(written, error), list(lines)
+        sealed += [chain.seal(line) for line in lines[done:]]
+        chain.save_head()
+        return _Outcome(written, error), sealed
+
+
+def _now() -> str:
+    return datetime.now(UTC).isoformat(timespec="milliseconds")
 
 
 def _write_all(fd: int, data: bytes) -> None:
@@ -166,9 +196,17 @@ class AuditLog:
         queue_records: int = QUEUE_RECORDS,
         close_timeout_s: float = _CLOSE_TIMEOUT_S,
         shipper: AuditShipper | None = None,
+        key_file: Path | None = None,
+        head_file: Path | None = None,
+        create_key: bool = True,
     ) -> None:
+        """``key_file``: the chain's MAC key (made there when absent and ``create_key``); None = records
+        are not chained. ``head_file``: where the chain's head is kept (default next to the key)."""
         self.path = path
         self.shipper = shipper
+        self._key_file = key_file
+        self._head_file = head_file or (key_file.with_name("audit.head") if key_file else None)
+        self._create_key = create_key
         self._file = _AuditFile(path, max_bytes, backups)
         self._redactor = redactor
         self._capacity = queue_records
@@ -197,6 +235,11 @@ class AuditLog:
     # ------------------------------------------------------------------------------------------ lifecycle
 
     async def __aenter__(self) -> Self:
+        key_file, head_file = self._key_file, self._head_file
+        if key_file is not None and head_file is not None and self._file.chain is None:
+            key = await anyio.to_thread.run_sync(lambda: load_key(key_file, create=self._create_key))
+            self._redactor.add_secret(key.hex())  # never in a log line, a record or an error
+            self._file.chain = Chain(key, HeadFile(head_file, key))
         if self.shipper is not None:
             await self.shipper.__aenter__()
         send, receive = anyio.create_memory_object_stream[str](self._capacity)
@@ -309,9 +352,9 @@ class AuditLog:
 
     def _write(self, batch: list[str]) -> _Outcome:
         """Worker thread: the batch to the file, then (whatever the file said) to the shipper's spool."""
-        outcome = self._file.append(batch)
+        outcome, sealed = self._file.append(batch)
         if self.shipper is not None:
-            self.shipper.spool(batch)
+            self.shipper.spool(sealed)
         return outcome
 
     # ------------------------------------------------------------------------------------------ records
@@ -344,7 +387,7 @@ class AuditLog:
             outcome=outcome,
             error_code=error_code,
             duration_ms=round(duration_ms, 3),
-            arguments=self._redactor.arguments(arguments),
+            arguments=self._redactor.audit_arguments(arguments),
             **({"incident": incident} if incident else {}),
             **({"identity": identity} if identity else {}),
             **({"facts": facts} if facts else {}),

@@ -15,12 +15,26 @@ Modules:
 - ``sessions`` — interactive sessions on a target's tmux.
 - ``transfers`` — ``remote_upload``, ``remote_download``, ``remote_sync``.
 - ``forwards`` — managed SSH port forwards.
+- ``system`` — system inspection (info, processes, ports, disk, GPUs) and ``process_signal``.
+- ``systemd`` — systemd units, the journal and ``admin_transaction``.
 """
 
 from __future__ import annotations
 
 from gateway._catalog import AnySpec
-from gateway.tools import files, files_search, forwards, health, remote, root, sessions, tasks, transfers
+from gateway.tools import (
+    files,
+    files_search,
+    forwards,
+    health,
+    remote,
+    root,
+    sessions,
+    system,
+    systemd,
+    tasks,
+    transfers,
+)
 
 __all__ = ["all_specs"]
 
@@ -37,4 +51,6 @@ def all_specs() -> list[AnySpec]:
         *sessions.SPECS,
         *transfers.SPECS,
         *forwards.SPECS,
+        *system.SPECS,
+        *systemd.SPECS,
     ]

@@ -95,12 +95,18 @@ class TaskListOut(Output):
 def _render_info(out: TaskInfo) -> str:
     what = " ".join(out.argv) if out.argv is not None else out.shell or ""
     code = f" (exit {out.exit_code})" if out.exit_code is not None else ""
-    return f"task {out.id} on {out.target}: {out.state}{code}; {what[:200]}"
+    cut = ""
+    if out.output_truncated:
+        dropped = sum(out.dropped_bytes.values())
+        cut = f"; output truncated at {out.output_cap_bytes} bytes per stream ({dropped} bytes dropped)"
+    return f"task {out.id} on {out.target}: {out.state}{code}; {what[:200]}{cut}"
 
 
 def _render_output(out: TaskOutput) -> str:
     head = f"{out.returned_bytes} bytes of {out.stream} from {out.offset}; next_offset {out.next_offset}"
-    tail = "complete" if out.complete else out.state
+    tail: str = "complete" if out.complete else out.state
+    if out.truncated:
+        tail += f"; {out.stream} truncated at {out.size} bytes, {out.dropped_bytes} bytes dropped after it"
     return f"{head} ({tail})\n{out.data}" if out.encoding == "text" else f"{head} ({tail}, base64)"
 
 

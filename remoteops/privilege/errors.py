@@ -20,7 +20,8 @@ __all__ = ["PrivilegeError", "PrivilegeReason", "SecretRequired"]
 
 PrivilegeReason = Literal[
     "not_allowed",  # no enabled provider applies to this target
-    "refused",  # the provider refused (sudo -n needs a password, su not permitted, ...)
+    "refused",  # the provider refused (sudo -n needs a password, su not permitted, PAM refused the account)
+    "tty_required",  # sudo's ``Defaults requiretty``: no password can help (fix: ``!requiretty``)
     "wrong_password",
     "no_prompt",  # sudo/su never asked (or never answered) within prompt_timeout_s
     "not_root",  # the provider ran, but not as uid 0: the command was not started

@@ -9,8 +9,14 @@ Whatever provider is chosen, the wrapper re-proves uid 0 on the target before th
 
 Password providers get their password from a :class:`SecretSource` (the gateway: a one-time page the human
 fills in, or an operator askpass command) only when they are about to be tried, at most
-``password_attempts`` times per target per ``password_window_s``. A wrong password ends the search: it is
-reported, never retried with another guess.
+``password_attempts`` times per target per ``password_window_s``.
+
+The chain: every configured provider is tried in order until one runs the command or none is left. A provider
+that fails (refused, no tty, no prompt, not uid 0) or whose password source has none (an askpass command that
+printed nothing, a human who declined) hands on to the next; a provider whose password a human was asked for
+(``SecretRequired``) hands on only to providers that need no password, and that request is raised when none of
+them ran. Only a wrong password ends the search at once (it is reported, never retried with another guess).
+The error, or the report of the provider that ran, names every attempt with its reason.
 """
 
 from __future__ import annotations
@@ -27,7 +33,8 @@ from remoteops._errors import RemoteOpsError
 from remoteops._exec import Carrier, ExecRequest, RawExec
 from remoteops._models import Capabilities, TargetIdentity
 from remoteops._settings import TargetSpec
-from remoteops.privilege.errors import PrivilegeError
+from remoteops.privilege.diagnose import sudo_refusal
+from remoteops.privilege.errors import PrivilegeError, SecretRequired
 from remoteops.privilege.models import (
     PASSWORD_PROVIDERS,
     PrivilegeMode,
@@ -114,6 +121,7 @@ class Escalator:
 
     def _skip_reason(self, provider: ProviderName, caps: Capabilities | None) -> str | None:
         s = self._settings
+        refusal = sudo_refusal(caps.sudo_said or "", user=caps.user) if caps is not None else None
         if provider == "docker_host_root" and not s.docker_image:
             return "root.docker_image is not configured"
         if caps is None:
@@ -125,9 +133,14 @@ class Escalator:
             if not tools.get("sudo"):
                 return "sudo is not installed"
             if not caps.sudo_nopasswd:
+                if refusal is not None and refusal.kind != "password_required":
+                    return f"{refusal.kind}: {refusal.advice} (sudo said: {refusal.said})"
                 return "sudo -n needs a password for the login user"
-        if provider == "sudo_password" and not tools.get("sudo"):
-            return "sudo is not installed"
+        if provider == "sudo_password":
+            if not tools.get("sudo"):
+                return "sudo is not installed"
+            if refusal is not None and refusal.kind in ("tty_required", "account"):
+                return f"{refusal.kind}: {refusal.advice} (sudo said: {refusal.said})"
         if provider == "su_password" and not tools.get("su"):
             return "su is not installed"
         if provider == "docker_host_root" and s.docker_binary == "docker" and not tools.get("docker"):
@@ -180,6 +193,8 @@ class Escalator:
             return error
 
         live = carrier.live_root(name) if isinstance(carrier, RootAgents) else None
+        wanted: SecretRequired | None = None  # a password a human was asked for (raised when nothing ran)
+        limited: PrivilegeError | None = None  # the password providers were rate-limited
         for provider in self._order(name):
             skip = self._skip_reason(provider, caps)
             if skip is not None:
@@ -187,36 +202,61 @@ class Escalator:
                 continue
             secret: OneTimeSecret | None = None
             if provider in PASSWORD_PROVIDERS and provider != live:
+                if wanted is not None:
+                    attempts.append(
+                        ProviderAttempt(
+                            provider=provider,
+                            outcome="skipped",
+                            reason=f"the password for {wanted.provider} is wanted first",
+                        )
+                    )
+                    continue
                 if secrets is None:
                     attempts.append(
                         ProviderAttempt(provider=provider, outcome="skipped", reason="no way to ask a human")
                     )
                     continue
                 if not self._may_try_password(name):
-                    raise fail(
-                        PrivilegeError(
-                            f"too many password attempts on {name}: at most "
-                            f"{self._settings.password_attempts} per {self._settings.password_window_s:g} s",
-                            reason="rate_limited",
-                            provider=provider,
+                    limited = PrivilegeError(
+                        f"too many password attempts on {name}: at most "
+                        f"{self._settings.password_attempts} per {self._settings.password_window_s:g} s",
+                        reason="rate_limited",
+                        provider=provider,
+                    )
+                    attempts.append(
+                        ProviderAttempt(
+                            provider=provider, outcome="skipped", reason="rate_limited", detail=str(limited)
                         )
                     )
+                    continue
                 account = self._settings.su_user if provider == "su_password" else identity.user
                 login = f"{identity.user}@{identity.hostname}:{identity.port}"
                 try:
                     value = await secrets.obtain(
                         SecretRequest(target=name, provider=provider, account=account, login=login)
                     )
-                except PrivilegeError as exc:
+                except SecretRequired as exc:
+                    # a human was asked: the call is retried once it is entered; the providers after this
+                    # one that need no password are still tried, those that need one are not asked too
                     attempts.append(ProviderAttempt(provider=provider, outcome="failed", reason=exc.reason))
-                    raise fail(exc) from None
+                    wanted = wanted or exc
+                    continue
+                except PrivilegeError as exc:  # no password from this source (declined, ...): the next one
+                    attempts.append(
+                        ProviderAttempt(
+                            provider=provider, outcome="failed", reason=exc.reason, detail=str(exc)
+                        )
+                    )
+                    continue
                 secret = OneTimeSecret(value)
                 self._password_used(name)  # counted when a password is really tried, not when asked for
             attempt = dataclasses.replace(request, escalation=self._escalation(provider), secret=secret)
             try:
                 raw = await carrier.execute(spec, identity, attempt)
             except PrivilegeError as exc:
-                attempts.append(ProviderAttempt(provider=provider, outcome="failed", reason=exc.reason))
+                attempts.append(
+                    ProviderAttempt(provider=provider, outcome="failed", reason=exc.reason, detail=str(exc))
+                )
                 if self._preferred.get(name) == provider:
                     del self._preferred[name]
                 if exc.reason == "wrong_password":
@@ -228,6 +268,10 @@ class Escalator:
             attempts.append(ProviderAttempt(provider=provider, outcome="ran"))
             self._preferred[name] = provider
             return raw, provider, tuple(attempts)
+        if wanted is not None:
+            raise fail(wanted)
+        if limited is not None:
+            raise fail(limited)
         tried = ", ".join(f"{a.provider}: {a.outcome} ({a.reason})" for a in attempts if a.provider != "user")
         raise fail(
             PrivilegeError(

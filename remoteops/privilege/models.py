@@ -60,7 +60,8 @@ class ProviderAttempt(BaseModel):
 
     provider: str  # a ProviderName, or "user" for the unprivileged first run of privilege=auto
     outcome: Literal["ran", "skipped", "failed", "denied"]
-    reason: str = ""
+    reason: str = ""  # a short code (a PrivilegeReason) for a failure, a sentence for a skip or denial
+    detail: str = ""  # for a failure: what the provider said and what would fix it (never anything typed)
 
 
 class PrivilegeReport(BaseModel):

@@ -29,6 +29,7 @@ from remoteops._models import TargetIdentity
 from remoteops._process import ProcessOutcome, StdinFeeder, run_process
 from remoteops._render import MARKER_ALLOWANCE, RenderedCommand, parse_markers, render_command
 from remoteops._settings import TargetSpec, TransportSettings
+from remoteops.privilege.diagnose import strip_lecture, sudo_refusal
 from remoteops.privilege.errors import PrivilegeError
 from remoteops.privilege.wire import AuthWatch, Escalation, feed_after_prompt, split_pre_start
 from remoteops.ssh.args import SshArgs, classify_ssh_failure, is_mux_presession_failure
@@ -80,7 +81,24 @@ def _escalation_failure(
             reason="not_root",
             provider=provider,
         )
-    said = pre.replace(esc.prompt_bytes, b"").decode(errors="replace").strip()[-300:]
+    said = strip_lecture(pre.replace(esc.prompt_bytes, b"").decode(errors="replace"))[-300:]
+    refusal = sudo_refusal(said)
+    if refusal is not None and refusal.kind == "account" and watch is not None and watch.rejected:
+        refusal = None  # a second prompt: the password was wrong, whatever PAM added
+    if refusal is not None and refusal.kind == "tty_required":
+        return PrivilegeError(
+            f"{provider} on {target}: {refusal.advice}; nothing was started (sudo said: {refusal.said})",
+            target=target,
+            reason="tty_required",
+            provider=provider,
+        )
+    if refusal is not None and refusal.kind in ("account", "not_permitted"):
+        return PrivilegeError(
+            f"{provider} refused on {target}: {refusal.advice} (it said: {refusal.said})",
+            target=target,
+            reason="refused",
+            provider=provider,
+        )
     if any(phrase in said for phrase in _NOT_PERMITTED):
         return PrivilegeError(
             f"{provider} refused on {target}: {said}", target=target, reason="refused", provider=provider

@@ -196,6 +196,7 @@ class RemoteTasks:
             root=self._settings.remote_dir,
             want=self._settings.session,
             cmd_text=command_file(words, marker=record.marker, cwd=cwd, env=env),
+            cap=self._settings.stream_cap_bytes,
         )
         del nonce
         try:
@@ -238,6 +239,14 @@ class RemoteTasks:
                     }
             else:
                 update["output_bytes"] = seen.combined
+                if seen.spill is not None:
+                    update.update(
+                        output_cap_bytes=seen.spill.cap,
+                        output_disk_bytes=seen.spill.disk,
+                        output_truncated=seen.spill.truncated("combined"),
+                        dropped_stdout_bytes=seen.spill.dropped_stdout,
+                        dropped_stderr_bytes=seen.spill.dropped_stderr,
+                    )
                 if current.sup_pid is None and seen.sup_pid is not None:
                     update.update(sup_pid=seen.sup_pid, sup_start=seen.sup_start)
                 if seen.outcome == "exited" and current.state not in FINISHED and seen.exit_code is not None:
@@ -352,7 +361,7 @@ class RemoteTasks:
             record = await self._apply(
                 record,
                 chunk.seen
-                if stream == "combined"
+                if stream == "combined" or chunk.seen.spill is not None
                 else Seen(chunk.seen.outcome, exit_code=chunk.seen.exit_code, combined=record.output_bytes),
             )
         finished = record.state in FINISHED
@@ -375,6 +384,9 @@ class RemoteTasks:
             state=record.state,
             exit_code=record.exit_code,
             complete=finished and end >= size,
+            truncated=chunk.seen.spill.truncated(stream) if chunk.seen.spill is not None else False,
+            dropped_bytes=chunk.seen.spill.dropped(stream) if chunk.seen.spill is not None else 0,
+            disk_bytes=chunk.seen.spill.disk if chunk.seen.spill is not None else 0,
         )
 
     # -- cancel --------------------------------------------------------------------------------------------
@@ -407,7 +419,9 @@ class RemoteTasks:
                 await self._save(current.model_copy(update=update))
         seen = done.seen
         if seen.outcome == "lost" and step in _SIGNALLED:
-            seen = Seen("running", combined=seen.combined)  # no exit file, but we ended it: cancelled below
+            seen = Seen(
+                "running", combined=seen.combined, spill=seen.spill
+            )  # no exit file, but we ended it: cancelled below
         record = await self._apply(self._records[task_id], seen)
         if step in _SIGNALLED and record.state not in FINISHED:
             # every process confirmed gone but no exit file (the supervisor was killed): cancelled anyway

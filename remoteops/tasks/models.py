@@ -59,6 +59,11 @@ class TaskSettings(BaseModel):
     progress_interval_s: float = Field(2, gt=0)
     """A wait returns early to report progress when output grew and this much time passed."""
     output_max_bytes: int = Field(32 * 1024, ge=1024, le=1024 * 1024)
+    """``task_output`` bytes per call."""
+    stream_cap_bytes: int = Field(64 * 1024 * 1024, ge=4096, le=1 << 40)
+    """Bytes kept on the target per stream of a task (stdout and stderr each; combined holds what was kept
+    of both). A stream keeps its first ``stream_cap_bytes``; what it prints after that is read on, counted
+    and discarded (the task is neither blocked nor killed), and its status says ``output_truncated``."""
     cancel_grace_s: float = Field(3, gt=0, le=60)
     """Bounded wait after each of SIGINT and SIGTERM (SIGKILL gets the same) before the next step."""
     list_max: int = Field(200, ge=1, le=10000)
@@ -91,6 +96,11 @@ class TaskRecord(BaseModel):
     cancel_step: CancelStep | None = None
     error: str | None = None
     output_bytes: int = 0
+    output_cap_bytes: int | None = None  # None: started without a cap (before there was one)
+    output_disk_bytes: int = 0
+    output_truncated: bool = False
+    dropped_stdout_bytes: int = 0
+    dropped_stderr_bytes: int = 0
 
 
 class TaskInfo(BaseModel):
@@ -114,6 +124,21 @@ class TaskInfo(BaseModel):
     cancel_step: CancelStep | None = None
     error: str | None = None
     output_bytes: int = Field(0, description="Bytes of combined output when last seen.")
+    output_cap_bytes: int | None = Field(
+        None, description="Bytes kept on the target per stream (tasks.stream_cap_bytes when it started)."
+    )
+    output_disk_bytes: int = Field(
+        0,
+        description="Bytes of this task's output files on the target (stdout, stderr, combined).",
+    )
+    output_truncated: bool = Field(
+        False,
+        description="A stream reached the cap: what it printed after its first output_cap_bytes was dropped.",
+    )
+    dropped_bytes: dict[str, int] = Field(
+        default_factory=dict,
+        description="Bytes dropped after the cap, per stream (counted per MiB and at its end).",
+    )
 
     @classmethod
     def of(cls, record: TaskRecord) -> TaskInfo:
@@ -136,6 +161,10 @@ class TaskInfo(BaseModel):
             cancel_step=record.cancel_step,
             error=record.error,
             output_bytes=record.output_bytes,
+            output_cap_bytes=record.output_cap_bytes,
+            output_disk_bytes=record.output_disk_bytes,
+            output_truncated=record.output_truncated,
+            dropped_bytes={"stdout": record.dropped_stdout_bytes, "stderr": record.dropped_stderr_bytes},
         )
 
 
@@ -154,6 +183,13 @@ class TaskOutput(BaseModel):
     state: TaskState
     exit_code: int | None = None
     complete: bool = Field(description="The task has finished and everything up to its end was returned.")
+    truncated: bool = Field(
+        False,
+        description="The stream reached the cap: it ends at `size` on the target; what the task printed "
+        "after that was dropped (dropped_bytes). Offsets below `size` stay valid.",
+    )
+    dropped_bytes: int = Field(0, description="Bytes of this stream dropped after the cap so far.")
+    disk_bytes: int = Field(0, description="Bytes of this task's output files on the target.")
 
 
 class TaskWaitResult(BaseModel):

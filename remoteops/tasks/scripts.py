@@ -8,10 +8,14 @@ Task directory ``<root>/<task id>/`` (0700, created with ``mkdir`` so a second s
                    per-task marker, cd, env, exec argv
     supervise.sh   the supervisor
     mode           tmux | setsid
+    cap            bytes kept per stream (``TaskSettings.stream_cap_bytes``)
     sup            "<pid> <starttime>" of the supervisor (its identity, from /proc/<pid>/stat)
     session        tmux "<session id> <created>" or "-"
     pgid           the task's process group (= its session: it runs under setsid)
-    combined, stdout, stderr   output (combined is both streams in arrival order)
+    combined, stdout, stderr   output (combined is both streams in arrival order): each stream keeps
+                   its first ``cap`` bytes: a stream's file holds at most ``cap``, combined twice that
+    stdout.dropped, stderr.dropped   bytes of that stream read after the cap and discarded (written once the
+                   stream passed the cap; updated per MiB and at the stream's end)
     exit.<nonce>   the exit status, written by the supervisor only
 
 The nonce reaches the supervisor through a FIFO (``nonce.fifo``, opened read-write by the starter) and lives
@@ -75,13 +79,16 @@ def command_file(argv: Sequence[str], *, marker: str, cwd: str | None, env: Mapp
     return "\n".join(lines)
 
 
-def start_script(*, task_id: str, nonce: str, root: str, want: str, cmd_text: str) -> str:
+def start_script(
+    *, task_id: str, nonce: str, root: str, want: str, cmd_text: str, cap: int = 64 * 1024 * 1024
+) -> str:
     """The starter, with its values bound as shell-quoted assignments (the script itself goes on stdin)."""
     assignments = {
         "id": task_id,
         "nonce": nonce,
         "rel": root,
         "want": want,
+        "cap": str(cap),
         "cmd_text": cmd_text,
         "sup_text": _SUPERVISOR,
     }

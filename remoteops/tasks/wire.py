@@ -22,7 +22,7 @@ from remoteops.tasks.models import (
 )
 from remoteops.tasks.scripts import CANCEL_SCRIPT, PURGE_SCRIPT, READ_SCRIPT, WAIT_SCRIPT
 
-__all__ = ["Cancelled", "Chunk", "Seen", "Started", "TaskWire"]
+__all__ = ["Cancelled", "Chunk", "Seen", "Spill", "Started", "TaskWire"]
 
 _START_LIMIT_S = 30.0
 _LIMIT_S = 30.0
@@ -50,6 +50,45 @@ class Seen:
     sup_pid: int | None = None
     sup_start: str | None = None
     matched: str | None = None
+    spill: Spill | None = None
+
+
+@dataclass(frozen=True)
+class Spill:
+    """The task's output files on the target: their sizes, the cap per stream, what was dropped after it."""
+
+    combined: int
+    stdout: int
+    stderr: int
+    cap: int | None  # None: a task started before there was a cap (unbounded)
+    dropped_stdout: int
+    dropped_stderr: int
+
+    @property
+    def disk(self) -> int:
+        return self.combined + self.stdout + self.stderr
+
+    def truncated(self, stream: str) -> bool:
+        """``stream`` reached the cap: what the task printed to it after that was discarded."""
+        if self.cap is None:
+            return False
+        out = self.stdout >= self.cap or self.dropped_stdout > 0
+        err = self.stderr >= self.cap or self.dropped_stderr > 0
+        return {"stdout": out, "stderr": err}.get(stream, out or err)
+
+    def dropped(self, stream: str) -> int:
+        return {"stdout": self.dropped_stdout, "stderr": self.dropped_stderr}.get(
+            stream, self.dropped_stdout + self.dropped_stderr
+        )
+
+
+def _spill(fields: Sequence[str]) -> Spill | None:
+    """From ``combined stdout stderr cap dropped_stdout dropped_stderr`` (the programs' last six fields)."""
+    values = [_int(x) for x in fields]
+    zc, zo, ze, cap, xo, xe = values
+    if zc is None or zo is None or ze is None or xo is None or xe is None:
+        return None
+    return Spill(zc, zo, ze, cap, xo, xe)
 
 
 @dataclass(frozen=True)
@@ -157,9 +196,10 @@ class TaskWire:
                     matched = ""
         if fields == ["gone"]:
             return Seen("gone")
-        if fields is None or len(fields) != 8:
+        if fields is None or len(fields) != 11:
             raise self._bad(record, "wait")
         return Seen(
+            spill=_spill([fields[2], fields[3], fields[4], *fields[8:11]]),
             outcome=fields[0],
             exit_code=_int(fields[1]),
             combined=int(fields[2]),
@@ -190,14 +230,17 @@ class TaskWire:
                 task_id=record.id,
                 state=record.state,
             )
-        if fields[:1] != ["ok"] or len(fields) != 5:
+        if fields[:1] != ["ok"] or len(fields) != 11:
             raise self._bad(record, "read")
         state, code, size, start = fields[1], _int(fields[2]), int(fields[3]), int(fields[4])
+        spill = _spill(fields[5:11])
         try:
             data = base64.b64decode("".join(body.split()), validate=True)
         except (binascii.Error, ValueError):
             raise self._bad(record, "read") from None
-        return Chunk(seen=Seen(state, exit_code=code, combined=size), size=size, start=start, data=data)
+        combined = spill.combined if spill is not None else size
+        seen = Seen(state, exit_code=code, combined=combined, spill=spill)
+        return Chunk(seen=seen, size=size, start=start, data=data)
 
     async def cancel(self, record: TaskRecord, *, grace_s: float) -> Cancelled:
         grace = str(int(grace_s * 100))
@@ -206,9 +249,9 @@ class TaskWire:
         fields = next((ln.split()[1:] for ln in out.splitlines() if ln.startswith("ROGCANCEL ")), None)
         if fields == ["gone"]:
             return Cancelled("none", True, Seen("gone"))
-        if fields is None or len(fields) != 5:
+        if fields is None or len(fields) != 10:
             raise self._bad(record, "cancel")
-        seen = Seen(fields[2], exit_code=_int(fields[3]), combined=int(fields[4]))
+        seen = Seen(fields[2], exit_code=_int(fields[3]), combined=int(fields[4]), spill=_spill(fields[4:10]))
         return Cancelled(step=fields[0], removed=fields[1] == "yes", seen=seen)
 
     async def purge(self, target: str, task_ids: Sequence[str]) -> set[str]:

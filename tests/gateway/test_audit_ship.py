@@ -237,7 +237,8 @@ async def test_a_collector_refusing_big_bodies_gets_smaller_batches_and_a_lone_o
         async with _audit(tmp_path, collector) as (audit, shipper):
             for i in range(20):
                 _record(audit, i)
-            _record(audit, 20, note="x" * 6000)  # alone over the collector's limit
+            # alone over the collector's limit (two values: one long string alone is recorded as its digest)
+            _record(audit, 20, note="x" * 3000, more="y" * 3000)
             _record(audit, 21)
             await _spooled(audit)
             collector.up()

@@ -29,6 +29,7 @@ from upstream._stderr import BURST, LINES_PER_S, MAX_LINE_BYTES
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
 SECRET = "Stderr-Planted-Secret-5f3a9d1c"
+AWS_SECRET = "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY"
 MISSING = "libtmux-mcp-not-installed-7c1e"
 FLOOD = 3 * BURST
 
@@ -127,6 +128,7 @@ async def test_an_upstream_printing_a_planted_secret_on_stderr_leaves_no_clear_c
                 await poll(client, "chatty", lambda u: u["state"] == "connected")
                 shouted = await client.call_tool("shout", {"text": f"again: {SECRET}"})
                 assert shouted.is_error is not True
+                await client.call_tool("shout", {"text": f"AWS_SECRET_ACCESS_KEY={AWS_SECRET}"})
                 await client.call_tool("shout", {"text": "long", "length": 3 * MAX_LINE_BYTES})
                 await client.call_tool("shout", {"text": "flood", "repeat": FLOOD})
                 await shout_until_one_passes(client, gw)
@@ -134,6 +136,8 @@ async def test_an_upstream_printing_a_planted_secret_on_stderr_leaves_no_clear_c
         text = gw.stderr_text()
         every = records(gw)
     assert SECRET not in text  # neither at start (from env) nor later, nor in any other record
+    assert AWS_SECRET not in text  # a credential shape the gateway does not know: masked all the same
+    assert AWS_SECRET not in (gw.state_dir / "audit.jsonl").read_text()  # relayed arguments: digested
 
     lines = [r for r in every if r.get("event") == "upstream_stderr"]
     assert {(r["upstream"], r["logger"], r["level"]) for r in lines} == {("chatty", "gateway.relay", "info")}

@@ -216,3 +216,54 @@ async def test_asking_a_human_for_the_password_uses_up_no_attempt(sshd: SshdInst
         with anyio.fail_after(60):
             result = await ops.run("pass", ["id", "-u"], privilege="root", secrets=secrets)
     assert result.stdout.strip() == "0"
+
+
+class DeclinesFor:
+    """An askpass-like source: no password for ``provider`` (declined), ``password`` for every other."""
+
+    def __init__(self, provider: str, password: str) -> None:
+        self.provider = provider
+        self.password = password
+        self.asked: list[str] = []
+
+    async def obtain(self, request: SecretRequest) -> bytearray:
+        self.asked.append(request.provider)
+        if request.provider == self.provider:
+            raise PrivilegeError("the askpass command gave no password", reason="declined")
+        return bytearray(self.password.encode())
+
+
+async def test_a_provider_without_a_password_hands_on_to_the_next_configured_provider(
+    sshd: SshdInstance,
+) -> None:
+    secrets = DeclinesFor("sudo_password", sshd.su_password)
+    async with _ops(sshd, providers=("sudo_password", "su_password"), su_user=sshd.su_user) as ops:
+        with anyio.fail_after(60):
+            result = await ops.run("plain", ["id", "-u"], privilege="root", secrets=secrets)
+    assert result.stdout.strip() == "0"
+    assert result.privilege is not None
+    assert result.privilege.provider == "su_password"
+    assert [(a.provider, a.outcome, a.reason) for a in result.privilege.attempts] == [
+        ("sudo_password", "failed", "declined"),
+        ("su_password", "ran", ""),
+    ]
+    assert secrets.asked == ["sudo_password", "su_password"]
+
+
+async def test_when_every_provider_fails_the_error_names_every_attempt_with_its_reason(
+    sshd: SshdInstance,
+) -> None:
+    secrets = DeclinesFor("su_password", "unused")
+    async with _ops(
+        sshd, providers=("sudo_nopasswd", "su_password", "direct_root"), su_user=sshd.su_user
+    ) as ops:
+        with anyio.fail_after(60), pytest.raises(PrivilegeError) as info:
+            await ops.run("plain", ["id", "-u"], privilege="root", secrets=secrets)
+    assert info.value.reason == "not_allowed"
+    assert [(a.provider, a.outcome) for a in info.value.attempts] == [
+        ("sudo_nopasswd", "skipped"),
+        ("su_password", "failed"),
+        ("direct_root", "skipped"),
+    ]
+    assert info.value.attempts[1].reason == "declined"
+    assert all(a.reason for a in info.value.attempts)

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 import remoteops.sessions.scripts as sessions
+import remoteops.system.operations as system
 import remoteops.tasks.scripts as tasks
 from remoteops._sh import program
 
@@ -21,12 +22,12 @@ FILES = sorted((ROOT / "remoteops").rglob("sh/*.sh"))
 PROGRAMS = {
     "tasks supervisor": (
         tasks._SUPERVISOR,
-        "cb3a9d5cde6e52a5029f156ff566672567dfaf85b5972e4dcd87812a20387099",
+        "70ac1fde137343c061a1e35e87c6034c231d83fc923a81aea2f4d79d00250a22",
     ),
-    "tasks start": (tasks._START, "75aa892a10862c57c6809feb286936a5abdf9f98e4c5b6b0e37b8164acbe8f4c"),
-    "tasks wait": (tasks.WAIT_SCRIPT, "e7245659deee2d3ff6fbffcbf0c73607a917b3b9265f1e83e8990944b163ca94"),
-    "tasks read": (tasks.READ_SCRIPT, "5b9311b3922d526130216428657a902f2c34ee962b92ff97153491660785cf51"),
-    "tasks cancel": (tasks.CANCEL_SCRIPT, "826664b3439d91a294fd3bc0f21b607c1e41369014ae91bf97efe3a2fb867546"),
+    "tasks start": (tasks._START, "3e53714ea3b049298b4cb1a8c019ade76b69b667685c302be6e295629d6f0a1f"),
+    "tasks wait": (tasks.WAIT_SCRIPT, "a513d90b5dd51f650e94bcf958cca868c1bfdb1a1961722aaf961e843acb038b"),
+    "tasks read": (tasks.READ_SCRIPT, "d7b49efc9ce292de29028e10a4a88b1a1fd0b83c97c3a3a16fd060863f3f7f3a"),
+    "tasks cancel": (tasks.CANCEL_SCRIPT, "8d21b4a3234ca6d050f02821f2d149694bfc4fd97c2244a445134ffbbf72366e"),
     "tasks purge": (tasks.PURGE_SCRIPT, "6f65de63b1ca001f61ba521bcd52a0f6b1f9e2496f3b01182e487a1894594f2f"),
     "sessions ensure": (
         sessions.ENSURE_SCRIPT,
@@ -49,9 +50,33 @@ PROGRAMS = {
         "fd93606557f8d69ba8d9ed9205eedfcaedcdacedb997b817aacfeff611c594d8",
     ),
     "sessions send": (sessions._SEND, "6b0c0411c9078e14458afa20a57630553f5e319d260da7ee8cf507f33e2afff8"),
+    "system info": (
+        system.INFO_SCRIPT,
+        "3a63d04f242bfda9db3bb0289bf4673f8e2229728c98c634c401c24ff80ba48f",
+    ),
+    "system procs": (
+        system.PROCS_SCRIPT,
+        "37e9dd18940431c21d2e6b84623ac71670774d107cd53885972ffa71b2ca9388",
+    ),
+    "system ports": (
+        system.PORTS_SCRIPT,
+        "f0d954c048103ecffb975c35c3aca979d8b93e8d114aee6fa1c13c7d72a7174b",
+    ),
+    "system disk": (
+        system.DISK_SCRIPT,
+        "b14e10d8ed479eb2d562d08a09cbbc9a80e144d1d925984eba05eb507618fbd4",
+    ),
+    "system gpu": (
+        system.GPU_SCRIPT,
+        "9dabc8186f20ca3422b8b2367888181cb4920eab3cd703c8e6265060965e50bc",
+    ),
+    "system signal": (
+        system.SIGNAL_SCRIPT,
+        "8f271bcb5411675032bf5792111fb817ed0e6ecfac0b15c38dfc90a7d52d3911",
+    ),
     "a task's starter": (
         tasks.start_script(task_id="t-1", nonce="n", root="r", want="w", cmd_text="c"),
-        "cfa9ad989b19ba230f5a8713faf60b16911c8986b7292ec4a7e3ce776aa8f894",
+        "ef926519a90493ae2327aa5ea94f0ca4e693a55feab9eb72ffd279bb6fedc7c5",
     ),
     "a send program": (
         sessions.send_script(b"hello \x00 world"),

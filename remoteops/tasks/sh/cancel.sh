@@ -80,4 +80,5 @@ if [ "$step" != not_confirmed ]; then
 fi
 state
 sizes
-printf 'ROGCANCEL %s %s %s %s %s\n' "$step" "$removed" "$st" "${rc:--}" "$zc"
+spill
+printf 'ROGCANCEL %s %s %s %s %s %s %s %s %s %s\n' "$step" "$removed" "$st" "${rc:--}" "$zc" "$zo" "$ze" "$cap" "$xo" "$xe"

@@ -1,4 +1,4 @@
-# shellcheck disable=SC2154,SC2034  # a fragment: d, H, spid, sst come from the program that includes it, which uses st, rc, zc, zo, ze
+# shellcheck disable=SC2154,SC2034  # a fragment: d, H, spid, sst come from the program that includes it, which uses st, rc, zc, zo, ze, cap, xo, xe
 seen=
 rc=
 exit_found() {
@@ -42,4 +42,14 @@ state() {
   elif exit_found; then st=exited
   else st=lost
   fi
+}
+spill() {
+  # the cap per stream and the bytes each stream dropped after it (0: none, or not yet counted); - : no cap
+  cap=- xo=0 xe=0
+  read -r cap 2>/dev/null < "$d/cap" || cap=-
+  read -r xo 2>/dev/null < "$d/stdout.dropped" || xo=0
+  read -r xe 2>/dev/null < "$d/stderr.dropped" || xe=0
+  case $cap in '' | *[!0-9]*) cap=- ;; esac
+  case $xo in '' | *[!0-9]*) xo=0 ;; esac
+  case $xe in '' | *[!0-9]*) xe=0 ;; esac
 }

@@ -14,5 +14,7 @@ else
   if [ "$start" -gt "$sz" ]; then printf 'ROGREAD cursor %s\n' "$sz"; exit 0; fi
   n=$max
 fi
-printf 'ROGREAD ok %s %s %s %s\n' "$st" "${rc:--}" "$sz" "$start"
+sizes
+spill
+printf 'ROGREAD ok %s %s %s %s %s %s %s %s %s %s\n' "$st" "${rc:--}" "$sz" "$start" "$zc" "$zo" "$ze" "$cap" "$xo" "$xe"
 tail -c +$((start + 1)) "$f" | head -c "$n" | base64

@@ -1,4 +1,4 @@
-# shellcheck disable=SC2154  # id, nonce, rel, want, cmd_text, sup_text are assigned by the lines start_script puts before it
+# shellcheck disable=SC2154  # id, nonce, rel, want, cap, cmd_text, sup_text are assigned by the lines start_script puts before it
 set -u
 umask 077
 fail() { printf 'ROGERR %s %s\n' "$1" "$2"; exit 3; }
@@ -18,6 +18,7 @@ cd -- "$d" || fail root "cannot enter $d"
 printf '%s\n' "$cmd_text" > cmd
 printf '%s\n' "$sup_text" > supervise.sh
 printf '%s\n' "$mode" > mode
+printf '%s\n' "$cap" > cap
 mkfifo -m 600 nonce.fifo ack.fifo || fail root "mkfifo failed in $d"
 # both FIFOs held open read-write: writing never blocks, and nothing written is lost before it is read
 exec 3<>nonce.fifo 4<>ack.fifo

@@ -6,9 +6,35 @@ set -- $s
 printf '%s %s\n' "$$" "${20}" > sup
 printf 'ok\n' > ack.fifo
 mkfifo -m 600 o.fifo e.fifo
-tee -a stdout < o.fifo >> combined 2>/dev/null &
+# Each stream keeps its first $cap bytes (in its own file and in combined); what follows is read on, counted
+# into <stream>.dropped (per MiB read, and at its end) and discarded: the task is neither blocked nor killed.
+read -r cap < ./cap || cap=67108864
+fb=
+if dd if=/dev/null of=/dev/null count=0 iflag=fullblock 2>/dev/null; then fb=iflag=fullblock; fi
+drain() {
+  t=0
+  # shellcheck disable=SC2086  # $fb is empty or one word on purpose
+  while n=$(dd bs=1048576 count=1 $fb 2>/dev/null | wc -c) && [ "$n" -gt 0 ]; do
+    t=$((t + n))
+    printf '%s\n' "$t" > ".$1.dropped" && mv -f ".$1.dropped" "$1.dropped"
+  done
+}
+keep() {
+  # one read of the stream at a time (copied at once: head -c, or dd count_bytes with partial reads, would
+  # hold output back or miscount), never more than is left of the cap
+  left=$cap
+  while [ "$left" -gt 0 ]; do
+    b=65536
+    [ "$left" -lt "$b" ] && b=$left
+    n=$(dd bs="$b" count=1 2>/dev/null | tee -a "$1" combined | wc -c) || n=0
+    [ "$n" -gt 0 ] || return 0
+    left=$((left - n))
+  done
+  drain "$1"
+}
+keep stdout < o.fifo 2>/dev/null &
 t1=$!
-tee -a stderr < e.fifo >> combined 2>/dev/null &
+keep stderr < e.fifo 2>/dev/null &
 t2=$!
 setsid sh ./cmd > o.fifo 2> e.fifo < /dev/null
 rc=$?

@@ -13,7 +13,9 @@ checked=$since
 i=0
 out() {
   sizes
-  printf 'ROGWAIT %s %s %s %s %s %s %s %s\n' "$1" "${rc:--}" "$zc" "$zo" "$ze" "$since" "$spid" "${sst:--}"
+  spill
+  printf 'ROGWAIT %s %s %s %s %s %s %s %s %s %s %s\n' "$1" "${rc:--}" "$zc" "$zo" "$ze" "$since" "$spid" \
+    "${sst:--}" "$cap" "$xo" "$xe"
   if [ -n "${m:-}" ]; then printf 'ROGMATCH '; printf '%s' "$m" | head -c 2048 | base64 | tr -d '\n'; echo; fi
   exit 0
 }
