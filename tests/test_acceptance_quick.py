@@ -128,7 +128,7 @@ def test_a_phase_is_not_built_exactly_when_the_registry_says_its_capability_has_
 
 def test_every_implemented_phase_passed_or_was_skipped_with_its_reason(report: dict[str, Any]) -> None:
     problems = {
-        name: {k: p.get(k) for k in ("status", "reason", "error")}
+        name: {k: p.get(k) for k in ("status", "reason", "error", "figures", "cleanup")}
         for name, p in _phases(report).items()
         if name in IMPLEMENTED and not (p["status"] == "passed" or (p["status"] == "skipped" and p["reason"]))
     }
