@@ -30,6 +30,7 @@ from gateway._demo import demo_settings
 from gateway._errors import ConfigError, GatewayError
 from gateway._logging import configure_logging
 from gateway._redact import Redactor
+from gateway._statelock import DirectoryBusy, DirectoryLock
 from gateway._version import __version__
 from gateway.config import Settings, load_settings
 from gateway.serving.http import ensure_token
@@ -270,6 +271,64 @@ def _prepare_state_dir(settings: Settings) -> None:
         ) from None
 
 
+_STATE_HINT = (
+    "give this gateway a state directory of its own: state_dir = \"DIR\" in the configuration, "
+    "or REMOTEOPS_GATEWAY__STATE_DIR=DIR"
+)
+_DEMO_SLOTS = 16
+
+
+class _Locks(DirectoryLock):
+    """The state directory's lock plus the audit file's, released together."""
+
+    def __init__(self, state: DirectoryLock, audit: DirectoryLock) -> None:
+        super().__init__(state.directory, what="state directory", hint=_STATE_HINT)
+        self._held = (state, audit)
+
+    def release(self) -> None:
+        for lock in reversed(self._held):
+            lock.release()
+
+
+def _state_lock(settings: Settings) -> DirectoryLock:
+    """The state directory, prepared and locked for this process (or StartupError naming the owner)."""
+    _prepare_state_dir(settings)
+    lock = DirectoryLock(settings.state_dir, what="state directory", hint=_STATE_HINT)
+    lock.acquire()
+    audit = settings.audit_path
+    if audit.parent.resolve() == settings.state_dir.resolve():
+        return lock
+    # an audit file elsewhere is one process's too: never two processes' records in one chain
+    audit_lock = DirectoryLock(
+        audit,
+        what="audit file",
+        hint="give this gateway its own audit.path",
+        lock_file=audit.with_name(f"{audit.name}.lock"),
+    )
+    try:
+        audit_lock.acquire()
+    except BaseException:
+        lock.release()
+        raise
+    return _Locks(lock, audit_lock)
+
+
+def _demo_state(settings: Settings) -> tuple[Settings, DirectoryLock]:
+    """A demo without a configured ``state_dir`` takes the first free ``<default>/demo-N``, so that
+    ``demo`` and ``demo --stdio`` (or two of either) run side by side; a configured one is locked as is."""
+    if "state_dir" in settings.model_fields_set:
+        return settings, _state_lock(settings)
+    busy: DirectoryBusy | None = None
+    for slot in range(1, _DEMO_SLOTS + 1):
+        candidate = settings.model_copy(update={"state_dir": settings.state_dir / f"demo-{slot}"})
+        try:
+            return candidate, _state_lock(candidate)
+        except DirectoryBusy as exc:
+            busy = exc
+    assert busy is not None
+    raise busy
+
+
 def _with_overrides(settings: Settings, host: str | None, port: int | None) -> Settings:
     server = settings.server.model_copy(
         update={k: v for k, v in {"host": host, "port": port}.items() if v is not None}
@@ -307,9 +366,21 @@ def _serve(
     ready_file: Path | None,
     show_token: bool = False,
     prepare: Prepare = _as_is,
+    state_lock: DirectoryLock | None = None,
 ) -> None:
-    """Serve; ``prepare`` may start something first (the demo target) and adjust the settings."""
-    _prepare_state_dir(settings)
+    """Serve; ``prepare`` may start something first (the demo target) and adjust the settings.
+
+    The state directory is this process's alone while it serves (``state_lock``, else locked here)."""
+    lock = state_lock or _state_lock(settings)
+    try:
+        _serve_locked(settings, stdio=stdio, ready_file=ready_file, show_token=show_token, prepare=prepare)
+    finally:
+        lock.release()
+
+
+def _serve_locked(
+    settings: Settings, *, stdio: bool, ready_file: Path | None, show_token: bool, prepare: Prepare
+) -> None:
     redactor = Redactor()
     token: str | None = None
     if not stdio and settings.auth.mode == "bearer":
@@ -395,18 +466,30 @@ def _run(args: argparse.Namespace) -> int:
         _serve(settings, stdio=args.stdio, ready_file=args.ready_file)
         return 0
     if args.command == "demo":
-        settings = _with_overrides(settings, None, args.port)
+        settings, state_lock = _demo_state(settings)  # before the overrides: they mark every field set
+        with contextlib.ExitStack() as held:
+            held.callback(state_lock.release)
+            if args.workdir is not None and args.workdir.resolve() != settings.state_dir.resolve():
+                # the target's keys and ssh_config: one demo at a time there too
+                args.workdir.mkdir(parents=True, exist_ok=True, mode=0o700)
+                held.enter_context(
+                    DirectoryLock(
+                        args.workdir, what="demo directory", hint="give each demo its own --workdir DIR"
+                    )
+                )
+            settings = _with_overrides(settings, None, args.port)
 
-        def prepare(s: Settings) -> AbstractAsyncContextManager[Settings]:
-            return demo_settings(s, args.workdir)
+            def prepare(s: Settings) -> AbstractAsyncContextManager[Settings]:
+                return demo_settings(s, args.workdir)
 
-        _serve(
-            settings,
-            stdio=args.stdio,
-            ready_file=args.ready_file,
-            show_token=not args.stdio,
-            prepare=prepare,
-        )
+            _serve(
+                settings,
+                stdio=args.stdio,
+                ready_file=args.ready_file,
+                show_token=not args.stdio,
+                prepare=prepare,
+                state_lock=state_lock,
+            )
         return 0
     return 2
 
