@@ -1,4 +1,4 @@
-"""One owner per state directory: an OS lock (``flock``) on ``<dir>/gateway.lock``, held for the process's life.
+"""One owner per state directory: an OS lock (``flock``) on ``<dir>/gateway.lock``, held for life.
 
 Two gateways on one state directory rewrite each other's keys, ``ssh_config``, token and audit chain; the
 second one therefore refuses to start, naming the owner's PID and how to give it a directory of its own.

@@ -272,7 +272,7 @@ def _prepare_state_dir(settings: Settings) -> None:
 
 
 _STATE_HINT = (
-    "give this gateway a state directory of its own: state_dir = \"DIR\" in the configuration, "
+    'give this gateway a state directory of its own: state_dir = "DIR" in the configuration, '
     "or REMOTEOPS_GATEWAY__STATE_DIR=DIR"
 )
 _DEMO_SLOTS = 16
@@ -318,15 +318,14 @@ def _demo_state(settings: Settings) -> tuple[Settings, DirectoryLock]:
     ``demo`` and ``demo --stdio`` (or two of either) run side by side; a configured one is locked as is."""
     if "state_dir" in settings.model_fields_set:
         return settings, _state_lock(settings)
-    busy: DirectoryBusy | None = None
     for slot in range(1, _DEMO_SLOTS + 1):
         candidate = settings.model_copy(update={"state_dir": settings.state_dir / f"demo-{slot}"})
         try:
             return candidate, _state_lock(candidate)
-        except DirectoryBusy as exc:
-            busy = exc
-    assert busy is not None
-    raise busy
+        except DirectoryBusy:
+            if slot == _DEMO_SLOTS:
+                raise
+    raise AssertionError("unreachable")  # pragma: no cover
 
 
 def _with_overrides(settings: Settings, host: str | None, port: int | None) -> Settings:

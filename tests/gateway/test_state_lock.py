@@ -117,7 +117,9 @@ def _demo_http(env: dict[str, str], ready: Path) -> Iterator[dict[str, object]]:
             assert proc.poll() is None, proc.stderr.read().decode() if proc.stderr else ""
             assert time.monotonic() < deadline, "demo not ready in time"
             time.sleep(0.05)
-        yield json.loads(ready.read_text(encoding="utf-8"))
+        info = json.loads(ready.read_text(encoding="utf-8"))
+        info["token"] = Path(info["token_file"]).read_text(encoding="utf-8").strip()
+        yield info
     finally:
         proc.send_signal(signal.SIGTERM)
         try:
@@ -139,9 +141,8 @@ async def _echo(client: Client, word: str) -> None:
 async def test_demo_and_demo_stdio_run_side_by_side_each_in_its_own_state_dir(short_dir: Path) -> None:
     env = _env(XDG_STATE_HOME=str(short_dir / "xdg"))
     with _demo_http(env, short_dir / "ready.json") as info:
-        token = Path(str(info["token_file"])).read_text(encoding="utf-8").strip()
         http = httpx2.AsyncClient(
-            headers={"Authorization": f"Bearer {token}"}, timeout=httpx2.Timeout(30)
+            headers={"Authorization": f"Bearer {info['token']}"}, timeout=httpx2.Timeout(30)
         )
         async with (
             http,
