@@ -279,6 +279,15 @@ def test_the_inspector_cli_shows_the_gateways_error_code_and_message_for_a_faili
         assert "command" in error["message"]  # the field and the reason, in the text the agent reads
 
 
+def test_the_inspector_cli_shows_a_tool_of_a_disabled_toolset_as_policy_denied_naming_the_toolset(
+    inspector: InstalledTool, ghost_gateway: GatewayProcess, tmp_path: Path
+) -> None:
+    error = _failed_call(inspector, ghost_gateway, tmp_path, "task_cancel", "target=ghost", "task_id=x")
+    assert error["code"] == "policy_denied"  # not "Unknown tool": teardown is off by default
+    assert error["details"]["toolset"] == "teardown"
+    assert error["details"]["config_key"] == "tools.toolsets"
+
+
 @pytest.mark.sshd
 def test_the_inspector_cli_shows_a_host_key_failure_on_the_sshd_fault_alias(
     inspector: InstalledTool, sshd: SshdInstance, tmp_path: Path
