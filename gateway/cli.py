@@ -17,11 +17,13 @@ import argparse
 import contextlib
 import json
 import os
+import re
 import shutil
 import sys
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from pathlib import Path
+from typing import Any
 
 import anyio
 
@@ -207,11 +209,84 @@ def config_warnings(settings: Settings) -> list[str]:
     return warnings
 
 
-def _config_check(settings: Settings) -> int:
-    specs = all_specs()
-    catalog = build_catalog(specs, **settings.tools.model_dump())  # toolset and tool names validated too
+def preflight(settings: Settings) -> list[ConfigError]:
+    """What ``serve`` refuses to start with beyond the model's own validation; ``config check`` runs the
+    same checks (and creates nothing)."""
+    problems: list[ConfigError] = []
+    state = settings.state_dir
+    if state.exists() and not state.is_dir():
+        problems.append(
+            ConfigError(f"state directory {state} exists and is not a directory", key="state_dir")
+        )
+    for index, root in enumerate(settings.transfers.local_roots):
+        if not root.expanduser().is_dir():
+            problems.append(
+                ConfigError(
+                    f"local root {root} does not exist or is not a directory",
+                    key=f"transfers.local_roots.{index}",
+                )
+            )
+    if settings.token_path.is_dir():
+        problems.append(
+            ConfigError(f"token file {settings.token_path} is a directory", key="auth.token_file")
+        )
+    if settings.audit.key_file is not None and not settings.audit.key_file.is_file():
+        problems.append(
+            ConfigError(f"audit key file {settings.audit.key_file} does not exist", key="audit.key_file")
+        )
+    try:
+        build_catalog(all_specs(), **settings.tools.model_dump(), settings=settings)
+    except ConfigError as exc:
+        problems.append(exc)
+    return problems
+
+
+_PLAIN_ENV = re.compile(
+    r"(^|_)(SOCKET|DIR|PATH|FILE|HOME|LANG|TERM|TZ|SHELL|USER|LOGNAME)$|^LC_", re.IGNORECASE
+)
+"""Upstream environment variables whose values are settings, not credentials (``LIBTMUX_SOCKET``)."""
+
+
+def _is_plain_env(name: str) -> bool:
+    return bool(_PLAIN_ENV.search(name)) and not Redactor.sensitive_key(name)
+
+
+def _empty(value: Any) -> bool:
+    return isinstance(value, (str, list, dict)) and len(value) == 0
+
+
+def _show_plain(view: Any, raw: Any) -> Any:
+    """``config check``'s view: what the redactor digested but is no secret comes back as it is —
+    empty values (an unset ``askpass_command``) reveal nothing."""
+    if _empty(raw):
+        return raw
+    if isinstance(raw, dict) and isinstance(view, dict):
+        return {k: _show_plain(view[k], raw[k]) if k in raw else v for k, v in view.items()}
+    if isinstance(raw, list) and isinstance(view, list) and len(raw) == len(view):
+        return [_show_plain(v, r) for v, r in zip(view, raw, strict=True)]
+    return view
+
+
+def config_view(settings: Settings) -> dict[str, Any]:
+    """The effective configuration as ``config check`` prints it: secrets digested, settings shown."""
     redactor = Redactor(upstream_secrets(settings))
-    print(json.dumps(redactor.arguments(settings.model_dump(mode="json")), indent=2))
+    raw = settings.model_dump(mode="json")
+    view: dict[str, Any] = _show_plain(redactor.arguments(raw), raw)
+    for index, entry in enumerate(settings.upstreams):
+        shown = view["upstreams"][index]["connection"]["env"]
+        for name, value in entry.connection.env.items():
+            if _is_plain_env(name):
+                shown[name] = value
+    return view
+
+
+def _config_check(settings: Settings) -> int:
+    problems = preflight(settings)
+    if problems:
+        raise ConfigError.of(problems)
+    specs = all_specs()
+    catalog = build_catalog(specs, **settings.tools.model_dump(), settings=settings)
+    print(json.dumps(config_view(settings), indent=2))
     warnings = config_warnings(settings)
     for line in warnings:
         print(f"warning: {line}", file=sys.stderr)
@@ -370,6 +445,9 @@ def _serve(
     """Serve; ``prepare`` may start something first (the demo target) and adjust the settings.
 
     The state directory is this process's alone while it serves (``state_lock``, else locked here)."""
+    problems = preflight(settings)
+    if problems:
+        raise ConfigError.of(problems)
     lock = state_lock or _state_lock(settings)
     try:
         _serve_locked(settings, stdio=stdio, ready_file=ready_file, show_token=show_token, prepare=prepare)
@@ -430,7 +508,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return _run(args)
     except ConfigError as exc:
-        print(f"remoteops-gateway: configuration error: {exc}", file=sys.stderr)
+        if args.command == "config":  # config check shows every problem, one per line
+            for problem in exc.problems:
+                print(f"remoteops-gateway: configuration error: {problem}", file=sys.stderr)
+        else:  # a start-up failure stays one line
+            print(f"remoteops-gateway: configuration error: {exc}", file=sys.stderr)
         return 2
     except GatewayError as exc:
         print(f"remoteops-gateway: {exc}", file=sys.stderr)

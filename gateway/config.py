@@ -467,6 +467,14 @@ def load_settings(path: Path | None = None, environ: Mapping[str, str] | None = 
             data = tomllib.loads(path.read_text(encoding="utf-8"))
         except FileNotFoundError:
             raise ConfigError("configuration file not found", source=file_label) from None
+        except IsADirectoryError:
+            raise ConfigError("is a directory, not a configuration file", source=file_label) from None
+        except UnicodeDecodeError as exc:
+            raise ConfigError(
+                f"not UTF-8 text (byte {exc.start}): TOML files are UTF-8", source=file_label
+            ) from None
+        except OSError as exc:
+            raise ConfigError(f"cannot read: {exc.strerror or exc}", source=file_label) from None
         except tomllib.TOMLDecodeError as exc:
             raise ConfigError(f"invalid TOML: {exc}", source=file_label) from None
     overrides, env_origin = _env_overrides(env)
@@ -474,8 +482,10 @@ def load_settings(path: Path | None = None, environ: Mapping[str, str] | None = 
     try:
         return Settings.model_validate(data)
     except ValidationError as exc:
-        first = exc.errors()[0]
-        loc = tuple(first["loc"])
-        dotted = ".".join(str(p) for p in loc)
-        kind = "unknown key" if first["type"] == "extra_forbidden" else first["msg"]
-        raise ConfigError(kind, source=_source_of(loc, env_origin, file_label), key=dotted) from None
+        problems = []
+        for error in exc.errors():
+            loc = tuple(error["loc"])
+            dotted = ".".join(str(p) for p in loc)
+            kind = "unknown key" if error["type"] == "extra_forbidden" else error["msg"]
+            problems.append(ConfigError(kind, source=_source_of(loc, env_origin, file_label), key=dotted))
+        raise ConfigError.of(problems) from None

@@ -118,6 +118,9 @@ async def test_a_tool_of_a_disabled_toolset_is_policy_denied_naming_the_toolset_
     gateway_client: ClientFactory,
 ) -> None:
     async with gateway_client(tools={"toolsets": ["inspect"]}) as (client, rt):
+        assert client.instructions is not None
+        assert "not enabled" in client.instructions
+        assert "teardown" in client.instructions.split("not enabled")[1]
         err = _error(await client.call_tool("remote_delete", {"target": "t", "path": "/tmp/x"}))
         assert err["code"] == "policy_denied"
         assert err["details"] == {
