@@ -229,6 +229,8 @@ def _remote(exc: RemoteOpsError) -> ToolFailure:
         "account",
         "entry",
         "expires_s",
+        "retry_after",
+        "root_agent",
     )
     for field in fields:
         if hasattr(exc, field):
