@@ -231,6 +231,8 @@ def _remote(exc: RemoteOpsError) -> ToolFailure:
         "expires_s",
         "retry_after",
         "root_agent",
+        "remedy",
+        "configured",
     )
     for field in fields:
         if hasattr(exc, field):

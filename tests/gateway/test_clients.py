@@ -278,6 +278,8 @@ def test_the_inspector_cli_shows_the_gateways_error_code_and_message_for_a_faili
 ) -> None:
     error = _failed_call(inspector, ghost_gateway, tmp_path, "remote_exec", *tool_args)
     assert error["code"] == code
+    if tool_args[0] == "target=nowhere":
+        assert error["details"]["configured"] == ["ghost"]  # what the agent may use instead
     if code == "validation_error":
         assert "command" in error["message"]  # the field and the reason, in the text the agent reads
 
@@ -504,9 +506,10 @@ def test_the_readmes_inspector_stdio_command_lists_the_tools_as_written(
         extra_env={"PATH": os.pathsep.join([bin_dir, os.environ.get("PATH", os.defpath)])},
     )
     assert run.returncode == 0, run.describe()
-    names = {tool["name"] for tool in json.loads(run.stdout)["result"]["tools"]}
+    payload = json.loads(run.stdout)  # the default format prints the result itself
+    names = {tool["name"] for tool in payload.get("result", payload)["tools"]}
     assert "gateway_health" in names
-    assert (tmp_path / "state" / "audit.jsonl").exists()  # it served with the README's config, not defaults
+    assert (tmp_path / "state" / "gateway.lock").exists()  # it served with the README's config
 
 
 def test_the_readmes_inspector_http_command_lists_the_tools_as_written(
