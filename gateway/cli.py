@@ -49,11 +49,15 @@ examples:
   remoteops-gateway config check --config gateway.toml    validate; print the effective settings
   remoteops-gateway tools --markdown                      the own-tool catalog
 
---config may also come from $REMOTEOPS_GATEWAY_CONFIG; any key can be overridden with
+--config may also come from $REMOTEOPS_GATEWAY_CONFIG, else ~/.config/remoteops-gateway/gateway.toml is
+read when it exists ($XDG_CONFIG_HOME); any key can be overridden with
 REMOTEOPS_GATEWAY__SECTION__KEY=value (e.g. REMOTEOPS_GATEWAY__SERVER__PORT=9000).
 """
 
-_CONFIG_HELP = "TOML configuration file (default: $REMOTEOPS_GATEWAY_CONFIG, else built-in defaults)"
+_CONFIG_HELP = (
+    "TOML configuration file (default: $REMOTEOPS_GATEWAY_CONFIG, else "
+    "~/.config/remoteops-gateway/gateway.toml if it exists, else built-in defaults)"
+)
 
 
 def _add_config(parser: argparse.ArgumentParser, *, top: bool = False) -> None:
@@ -533,7 +537,7 @@ def _run(args: argparse.Namespace) -> int:
                 print(f"{s.name:28} {s.toolset.value:9} {s.title}")
         sys.stdout.flush()  # a closed pipe surfaces here, inside main's handler
         return 0
-    settings = load_settings(args.config)
+    settings = load_settings(args.config, search=True)
     if args.command == "config":
         code = _config_check(settings)
         sys.stdout.flush()

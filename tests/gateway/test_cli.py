@@ -227,6 +227,26 @@ def test_config_check_shows_values_that_are_not_secrets_and_digests_those_that_a
     assert "ghp-not-for-eyes-123" not in out.stdout + out.stderr
 
 
+def test_the_xdg_config_file_is_read_when_no_config_is_given(tmp_path: Path) -> None:
+    where = tmp_path / "xdg" / "remoteops-gateway"
+    where.mkdir(parents=True)
+    (where / "gateway.toml").write_text("[server]\nport = 9124\n")
+    out = _cli("config", "check", env={"XDG_CONFIG_HOME": str(tmp_path / "xdg")})
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout)["server"]["port"] == 9124
+    elsewhere = _cli("config", "check", env={"XDG_CONFIG_HOME": str(tmp_path / "none")})
+    assert json.loads(elsewhere.stdout)["server"]["port"] == 8765  # no file there: the defaults
+
+
+def test_the_readme_names_the_default_toolsets_of_the_code() -> None:
+    from gateway.config import ToolSettings
+
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")
+    where = readme[readme.index("**Where things run.**") :]
+    named = where[where.index("`tools.toolsets`, default ") :].split(";")[0]
+    assert [t for t in ToolSettings().toolsets if f"`{t}`" not in named] == []
+
+
 def test_config_check_piped_into_head_stops_without_a_traceback(tmp_path: Path) -> None:
     # Far more output than a pipe buffer holds, so the writer meets the closed pipe for sure.
     cfg = tmp_path / "g.toml"
