@@ -22,12 +22,12 @@ FILES = sorted((ROOT / "remoteops").rglob("sh/*.sh"))
 PROGRAMS = {
     "tasks supervisor": (
         tasks._SUPERVISOR,
-        "70ac1fde137343c061a1e35e87c6034c231d83fc923a81aea2f4d79d00250a22",
+        "bbaabeb0322cbc3350db6a2abd9076df34d22441d52bea9c74069a61f62626b8",
     ),
-    "tasks start": (tasks._START, "3e53714ea3b049298b4cb1a8c019ade76b69b667685c302be6e295629d6f0a1f"),
-    "tasks wait": (tasks.WAIT_SCRIPT, "a513d90b5dd51f650e94bcf958cca868c1bfdb1a1961722aaf961e843acb038b"),
-    "tasks read": (tasks.READ_SCRIPT, "d7b49efc9ce292de29028e10a4a88b1a1fd0b83c97c3a3a16fd060863f3f7f3a"),
-    "tasks cancel": (tasks.CANCEL_SCRIPT, "8d21b4a3234ca6d050f02821f2d149694bfc4fd97c2244a445134ffbbf72366e"),
+    "tasks start": (tasks._START, "cabb2003ecfa0696ad6648f1d94f691d2a17399ed3d1b1c7626875b60e756008"),
+    "tasks wait": (tasks.WAIT_SCRIPT, "4b58fd433af63f5ccaad2921bb757efece5e9f0543f6948754b8fb7def5132eb"),
+    "tasks read": (tasks.READ_SCRIPT, "a0c4050e8afd434842c50e6f465869d30f3709c6caef3b6bf2dfe3d6c9cedefa"),
+    "tasks cancel": (tasks.CANCEL_SCRIPT, "883e6c9a0c613777339cbec7855c934872ff26cb531d8f8ccc49e04d0f8c3b77"),
     "tasks purge": (tasks.PURGE_SCRIPT, "6f65de63b1ca001f61ba521bcd52a0f6b1f9e2496f3b01182e487a1894594f2f"),
     "sessions ensure": (
         sessions.ENSURE_SCRIPT,
@@ -76,7 +76,7 @@ PROGRAMS = {
     ),
     "a task's starter": (
         tasks.start_script(task_id="t-1", nonce="n", root="r", want="w", cmd_text="c"),
-        "ef926519a90493ae2327aa5ea94f0ca4e693a55feab9eb72ffd279bb6fedc7c5",
+        "11b8fc96c59162e312f29d32a9dd164f0d234b2f7726b770db953e9b480b330c",
     ),
     "a send program": (
         sessions.send_script(b"hello \x00 world"),
