@@ -8,6 +8,7 @@ import os
 import subprocess
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import anyio
 import pytest
@@ -19,7 +20,7 @@ from tests.remoteops.task_helpers import running_tasks, start_sh
 
 pytestmark = pytest.mark.anyio
 
-root, tasks = th.root, th.tasks  # fixtures
+root, tasks, gates = th.root, th.tasks, th.gates  # fixtures
 
 CAP = 1024 * 1024
 PRINTED = 8 * CAP
@@ -173,3 +174,29 @@ async def test_interleaved_streams_read_back_exactly_by_offset_and_tail_from_the
     assert middle.data
     assert status.output_bytes == len(out) + len(err)
     assert abs(status.output_disk_bytes - _du_bytes(root / info.id)) <= SLACK
+
+
+async def test_both_streams_read_back_by_offset_across_a_restart_of_the_tasks_object(
+    ops_factory: OpsFactory, settings: TransportSettings, tmp_path: Path, root: Path, gates: Any
+) -> None:
+    gate = gates("stored-once-restart")
+    state = tmp_path / "state"
+    script = f"seq 1 500; seq 1 300 >&2; {gate.shell()}; seq 501 900; echo late >&2"
+    out = "".join(f"{i}\n" for i in range(1, 901))
+    err = "".join(f"{i}\n" for i in range(1, 301)) + "late\n"
+    with anyio.fail_after(120):
+        async with ops_factory() as ops, running_tasks(ops, state, root, settings) as first:
+            info = await start_sh(first, script)
+            await first.wait(info.id, timeout_s=30, pattern="^300$", since=0)
+            before = await first.output(info.id, stream="stdout", since=0, max_bytes=100)
+        async with ops_factory() as ops, running_tasks(ops, state, root, settings) as second:
+            gate.release()
+            done = await second.wait(info.id, timeout_s=60)
+            rest = await _read_all(second, info.id, "stdout", 700)
+            got_err = await _read_all(second, info.id, "stderr", 100)
+            tail = await second.output(info.id, stream="stdout", tail=True, max_bytes=4)
+    assert done.outcome == "exited"
+    assert before.data == out[:100]
+    assert rest == out
+    assert got_err == err
+    assert tail.data == "900\n"
