@@ -26,7 +26,7 @@ PROGRAMS = {
     ),
     "tasks start": (tasks._START, "cabb2003ecfa0696ad6648f1d94f691d2a17399ed3d1b1c7626875b60e756008"),
     "tasks wait": (tasks.WAIT_SCRIPT, "4b58fd433af63f5ccaad2921bb757efece5e9f0543f6948754b8fb7def5132eb"),
-    "tasks read": (tasks.READ_SCRIPT, "a0c4050e8afd434842c50e6f465869d30f3709c6caef3b6bf2dfe3d6c9cedefa"),
+    "tasks read": (tasks.READ_SCRIPT, "33c623674afcfba47f3298f5de48cab9063076eb6883c15ff2620bfade0e23eb"),
     "tasks cancel": (tasks.CANCEL_SCRIPT, "883e6c9a0c613777339cbec7855c934872ff26cb531d8f8ccc49e04d0f8c3b77"),
     "tasks purge": (tasks.PURGE_SCRIPT, "6f65de63b1ca001f61ba521bcd52a0f6b1f9e2496f3b01182e487a1894594f2f"),
     "sessions ensure": (

@@ -30,7 +30,7 @@ plan=$(runs plan "$l" "$since" "$max" "$tail")
 printf '%s\n' "$plan" | {
   read -r tag sz start
   if [ "$tag" = cursor ]; then printf 'ROGREAD cursor %s\n' "$sz"; exit 0; fi
-  [ "$tag" = ok ] || { printf 'ROGREAD gone\n'; exit 0; }
+  [ "$tag" = ok ] || { echo "no plan from awk for $stream" >&2; exit 4; }
   printf 'ROGREAD ok %s %s %s %s %s %s %s %s %s %s %s\n' "$st" "${rc:--}" "$sz" "$start" "$zc" "$zo" "$ze" "$cap" \
     "$xo" "$xe" "$zd"
   while read -r off cnt; do
