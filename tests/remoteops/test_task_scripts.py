@@ -112,3 +112,13 @@ def test_a_read_of_one_stream_spread_over_many_runs_returns_fewer_bytes_not_wron
     start = int(fields[4])
     assert 0 < start < len(out)
     assert got == out[start:]
+
+
+def test_a_task_started_before_output_was_stored_once_reads_each_stream_from_its_own_file(
+    task_dir: Path,
+) -> None:
+    fields, got = _read(task_dir, "stderr", 200, 50)
+    assert (fields[3], fields[4], got) == ("234", "200", b"z" * 34)
+    fields, got = _read(task_dir, "stdout", 0, 3, tail=True)
+    assert (fields[3], fields[4], got) == ("1000", "997", b"yyy")
+    assert fields[-1] == "2468"  # disk: its three files
