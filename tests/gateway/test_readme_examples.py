@@ -1,5 +1,6 @@
-"""The OAuth page (docs/oauth.md, moved there from the README) is a contract too: every TOML example in it loads into the gateway's Settings
-exactly as written (through the real loader), and its scope table is the code's default scope mapping."""
+"""The OAuth page (docs/oauth.md, moved there from the README) is a contract too: every TOML example in it
+loads into the gateway's Settings exactly as written (through the real loader), and its scope table is the
+code's default scope mapping."""
 
 from __future__ import annotations
 
