@@ -59,7 +59,8 @@ def test_the_license_inventory_lists_every_pinned_package_at_its_pinned_version(
 
 def _hooks() -> ModuleType:
     spec = importlib.util.spec_from_file_location("mkdocs_hooks", ROOT / "ops" / "mkdocs_hooks.py")
-    assert spec and spec.loader
+    assert spec is not None
+    assert spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
@@ -76,4 +77,5 @@ def test_the_site_turns_repository_links_into_page_links_and_other_files_into_pa
         "[runbook](runbook.md) [`acceptance/README.md`](acceptance.md) [e](errors.md#x)"
     )
     code = "```sh\n[not](a/link.md)\n```\n[unit](remoteops-gateway.service)"
-    assert rewrite(code, "runbook.md") == "```sh\n[not](a/link.md)\n```\nunit (`ops/remoteops-gateway.service`)"
+    expected = "```sh\n[not](a/link.md)\n```\nunit (`ops/remoteops-gateway.service`)"
+    assert rewrite(code, "runbook.md") == expected
