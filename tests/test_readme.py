@@ -12,7 +12,7 @@ from pydantic import BaseModel
 
 from gateway._errors import ERROR_DESCRIPTIONS, ErrorCode
 from gateway.cli import catalog_markdown
-from gateway.config import Settings
+from gateway.config import Settings, load_settings
 from gateway.tools import all_specs
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -96,3 +96,15 @@ def test_every_relative_link_of_the_readme_and_the_docs_names_a_file_that_exists
             if not (page.parent / target.partition("#")[0]).exists():
                 broken.append(f"{page.relative_to(ROOT)}: {target}")
     assert broken == []
+
+
+def test_the_readme_configuration_example_loads_into_the_settings_as_written(tmp_path: Path) -> None:
+    blocks = re.findall(r"^```toml\n(.*?)^```", README, re.DOTALL | re.MULTILINE)
+    assert len(blocks) == 1
+    config = tmp_path / "gateway.toml"
+    config.write_text(f'state_dir = "{tmp_path / "state"}"\n{blocks[0]}', encoding="utf-8")
+    settings = load_settings(config, environ={})
+    assert [(t.name, t.host) for t in settings.targets] == [("web1", "web1")]
+    (upstream,) = settings.upstreams
+    assert list(upstream.connection.command or ()) == ["libtmux-mcp"]
+    assert upstream.connection.env == {"LIBTMUX_SOCKET": "agents", "FASTMCP_LOG_LEVEL": "WARNING"}
