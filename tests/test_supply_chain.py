@@ -79,3 +79,21 @@ def test_the_site_turns_repository_links_into_page_links_and_other_files_into_pa
     code = "```sh\n[not](a/link.md)\n```\n[unit](remoteops-gateway.service)"
     expected = "```sh\n[not](a/link.md)\n```\nunit (`ops/remoteops-gateway.service`)"
     assert rewrite(code, "runbook.md") == expected
+
+
+def _nav_pages(node: object) -> list[str]:
+    if isinstance(node, str):
+        return [node]
+    if isinstance(node, list):
+        return [page for item in node for page in _nav_pages(item)]
+    if isinstance(node, dict):
+        return [page for value in node.values() for page in _nav_pages(value)]
+    return []
+
+
+def test_every_documentation_page_is_in_the_site_navigation_once() -> None:
+    import yaml  # comes with mkdocs (the dev extra)
+
+    nav = _nav_pages(yaml.safe_load((ROOT / "mkdocs.yml").read_text(encoding="utf-8"))["nav"])
+    pages = {p.name for p in (ROOT / "docs").glob("*.md")} | set(_hooks().EXTRA_PAGES.values())
+    assert sorted(nav) == sorted(pages), "add the page to mkdocs.yml's nav"
