@@ -54,11 +54,13 @@ if ! diff -u ops/THIRD_PARTY_LICENSES.md <(license_inventory) >&2; then
 fi
 
 echo "ops/checks.sh: pip-audit of ops/constraints.txt" >&2
+# pip-audit's own summary line says "No known vulnerabilities found" even when it could look up none of the
+# packages: it is dropped, and the verdict below is made from its JSON report.
 report=$(mktemp)
 trap 'rm -f "$report"' EXIT
 set +e
 timeout 600 .venv/bin/pip-audit --requirement ops/constraints.txt --no-deps --progress-spinner off \
-  --format json --output "$report" >/dev/null 2> >(grep -v 'encouraged to fully hash\|pip-compile' >&2)
+  --format json --output "$report" >/dev/null 2> >(grep -v 'encouraged to fully hash\|pip-compile\|^No known vulnerabilities found' >&2)
 status=$?
 set -e
 .venv/bin/python - "$report" "$status" <<'EOF'
