@@ -1,7 +1,11 @@
 """``admin_transaction``: one reversible change, health gates, and a verified rollback.
 
-The change is a unit action, or a file replacement (an atomic write through the agent, as the login user)
-optionally followed by a unit action ("write nginx.conf, then reload nginx"). Then, in order:
+The change is a unit action, or a file replacement optionally followed by a unit action ("write nginx.conf,
+then reload nginx"). The file is read and written through the agent as the login user; where the agent is
+refused (``FileAccessDenied``: a root-owned file) ``privilege: auto`` goes on as root through the root
+providers on targets allowed to escalate, and ``privilege: root`` uses them from the start
+(:mod:`.rootfile`: the same SHA-256 precondition and atomic replace, the content on stdin); ``user`` never
+escalates (the write step fails with the refusal). Then, in order:
 
 1. ``precheck`` (optional): a gate that must pass before anything changes (else ``precheck_failed``);
 2. snapshot: the unit's state, the file's bytes and SHA-256 (the file must exist: a replacement);
@@ -14,7 +18,9 @@ optionally followed by a unit action ("write nginx.conf, then reload nginx"). Th
    the unit file state enabled/disabled/masked as it was); then the rollback is verified.
 
 Every step is in the result, truthfully. A transport loss (or a command whose end was not seen) in the
-middle is reported as ``ambiguous`` with the last step known to be done: nothing is guessed or retried.
+middle is reported as ``ambiguous`` with the last step known to be done: nothing is guessed or retried, and
+no rollback is attempted over a connection that just failed. A transport failure before any change was
+attempted (precheck, snapshot: nothing changed) is raised as itself.
 """
 
 from __future__ import annotations
@@ -27,13 +33,21 @@ from typing import Annotated, Any, Literal, Protocol, Self
 import anyio
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from remoteops._errors import CommandTimeout, InvalidRequest, RemoteOpsError, TransportLost
+from remoteops._errors import (
+    CommandTimeout,
+    InvalidRequest,
+    RemoteOpsError,
+    TransportError,
+    TransportLost,
+)
 from remoteops.agent import program as proto
+from remoteops.files.errors import FileAccessDenied
 from remoteops.privilege.escalator import SecretSource
-from remoteops.privilege.models import PrivilegeMode
+from remoteops.privilege.models import PrivilegeMode, PrivilegeReport, ProviderAttempt
 from remoteops.requests import RequestModel, TargetName, check_argv
 from remoteops.systemd.models import UnitAction, UnitActionResult, UnitStatus
 from remoteops.systemd.names import UnitName
+from remoteops.systemd.rootfile import root_read, root_write
 from remoteops.systemd.runner import SystemdRunner
 
 __all__ = [
@@ -190,14 +204,25 @@ class _Run:
         self.escalate, self.secrets = escalate, secrets
         self.steps: list[TransactionStep] = []
         self.target = request.target
+        # the file as root: from the start with privilege root, after the agent's refusal with auto
+        self.file_root = request.privilege == "root"
+        self.file_before: tuple[ProviderAttempt, ...] = ()
+        self.file_privilege: PrivilegeReport | None = None
+        self.changing = False  # a change was attempted: a transport failure from now on is ambiguous
 
     def step(self, name: str, status: StepStatus, detail: str = "", **data: Any) -> None:
         self.steps.append(TransactionStep(name=name, status=status, detail=detail[:600], data=data))
 
     async def guard(self, name: str, call: Any) -> Any:
+        """A transport failure is ambiguous once a change was attempted (or whenever the command may
+        have run: ``TransportLost``, ``CommandTimeout``); before that, nothing changed: it is raised."""
         try:
             return await call
         except (TransportLost, CommandTimeout) as exc:
+            raise _Ambiguous(name, exc) from None
+        except TransportError as exc:
+            if not self.changing:
+                raise
             raise _Ambiguous(name, exc) from None
 
     async def gate(self, gate: Gate) -> GateResult:
@@ -240,7 +265,53 @@ class _Run:
             secrets=self.secrets,
         )  # fmt: skip
 
+    def _may_escalate(self) -> bool:
+        return self.req.privilege == "auto" and self.escalate
+
+    def _denied(self, exc: FileAccessDenied) -> None:
+        """The agent (as the login user) was refused: ``auto`` goes on as root where allowed."""
+        if not self._may_escalate():
+            raise exc
+        reason = f"{type(exc).__name__}: {exc.detail}"[:200]
+        self.file_before = (ProviderAttempt(provider="user", outcome="denied", reason=reason),)
+        self.file_root = True
+
+    def _root_mode(self) -> PrivilegeMode:
+        return "root" if self.req.privilege == "root" else "auto"
+
     async def read(self, path: str) -> tuple[bytes, str]:
+        if not self.file_root:
+            try:
+                return await self._agent_read(path)
+            except FileAccessDenied as exc:
+                self._denied(exc)
+        data, sha, report = await root_read(
+            self.runner, self.target, path, max_bytes=MAX_FILE_BYTES, privilege=self._root_mode(),
+            escalate=self.escalate, secrets=self.secrets, before=self.file_before,
+        )  # fmt: skip
+        self.file_privilege = report
+        return data, sha
+
+    async def write(self, path: str, data: bytes, expected: str) -> str:
+        if not self.file_root:
+            try:
+                return await self._agent_write(path, data, expected)
+            except FileAccessDenied as exc:
+                self._denied(exc)
+        sha, report = await root_write(
+            self.runner, self.target, path, data, expected, privilege=self._root_mode(),
+            escalate=self.escalate, secrets=self.secrets, before=self.file_before,
+        )  # fmt: skip
+        self.file_privilege = report
+        return sha
+
+    def file_facts(self) -> dict[str, Any]:
+        """Who read or wrote the file (the step's ``privilege``)."""
+        if self.file_privilege is None:
+            return {"privilege": {"requested": self.req.privilege, "ran_as": "user", "via": "agent"}}
+        return {"privilege": self.file_privilege.model_dump(mode="json")}
+
+    async def _agent_read(self, path: str) -> tuple[bytes, str]:
         wire = proto.wire_text(path.encode("utf-8", "surrogateescape"))
         meta, data = await self.runner.agent_request(
             self.target, proto.READ, {"path": wire, "offset": 0, "length": MAX_FILE_BYTES + 1}
@@ -249,7 +320,7 @@ class _Run:
             raise InvalidRequest(target=self.target, field="change.path", reason="file larger than 4 MiB")
         return data, str(meta["sha256"])
 
-    async def write(self, path: str, data: bytes, expected: str) -> str:
+    async def _agent_write(self, path: str, data: bytes, expected: str) -> str:
         wire = proto.wire_text(path.encode("utf-8", "surrogateescape"))
         meta, _ = await self.runner.agent_request(
             self.target,
@@ -319,10 +390,13 @@ async def run_transaction(
             before = (await run.guard("snapshot", systemd.status(request.target, [unit_change.unit])))[0]
         if isinstance(change, FileChange):
             original, sha_before = await run.guard("snapshot", run.read(change.path))
+        facts = run.file_facts() if isinstance(change, FileChange) else {}
         run.step(
-            "snapshot", "done", unit=before.model_dump(mode="json") if before else None, sha256=sha_before
-        )
+            "snapshot", "done", unit=before.model_dump(mode="json") if before else None, sha256=sha_before,
+            **facts,
+        )  # fmt: skip
         if isinstance(change, FileChange) and sha_before is not None:
+            run.changing = True
             try:
                 sha_written = await run.guard("write", run.write(change.path, change.data(), sha_before))
             except _Ambiguous:
@@ -332,10 +406,12 @@ async def run_transaction(
                     "write",
                     "conflict" if _is_conflict(exc) else "failed",
                     f"{type(exc).__name__}: {exc.detail}",
+                    **run.file_facts(),
                 )
                 return done("change_failed")
-            run.step("write", "done", sha256=sha_written, size=len(change.data()))
+            run.step("write", "done", sha256=sha_written, size=len(change.data()), **run.file_facts())
         if unit_change is not None:
+            run.changing = True
             acted = await run.guard("unit_action", run.action(unit_change.unit, unit_change.action))
             run.step(
                 "unit_action", "done" if acted.job_result == "done" else "failed", acted.message,
@@ -353,7 +429,7 @@ async def run_transaction(
         if isinstance(change, FileChange) and original is not None and sha_written is not None:
             try:
                 restored = await run.guard("restore_file", run.write(change.path, original, sha_written))
-                run.step("restore_file", "done", sha256=restored)
+                run.step("restore_file", "done", sha256=restored, **run.file_facts())
             except _Ambiguous:
                 raise
             except RemoteOpsError as exc:
