@@ -1,13 +1,14 @@
 """The file of an ``admin_transaction`` read and replaced as root, through the operator's root providers.
 
-Used when the login user may not write (or read) the file: ``privilege: root``, or ``auto`` after the agent's
-write or read was refused (``FileAccessDenied``) on a target allowed to escalate. The same guarantees as the
-agent's write: the content travels on stdin (never in argv); the file is replaced only if its SHA-256 is
-still the expected one (else :class:`~remoteops.files.errors.FileConflict` ``sha256_mismatch`` with the
-current digest, nothing written); the replacement is a temporary file next to it (same owner, group and
-mode as the file it replaces), fsynced and renamed over it, then the directory fsynced. A link is written
-through (the link stays a link). Reads come back base64 in bounded chunks (halved when the command's output
-cap clipped one), each chunk naming the whole file's SHA-256, which the assembled bytes must match.
+Used when the login user may not write (or read) the file: ``privilege: root``, or ``auto`` after the
+agent's write or read was refused (``EACCES`` / ``EPERM``) on a target allowed to escalate. The same
+guarantees as the agent's write: the content travels on stdin (never in argv); the file is replaced only if
+its SHA-256 is still the expected one (else :class:`~remoteops.systemd.errors.TransactionFileConflict`
+``sha256_mismatch`` with the current digest, nothing written); the replacement is a temporary file next to
+it (same owner, group and mode as the file it replaces), fsynced and renamed over it, then the directory
+fsynced. A link is written through (the link stays a link). Reads come back base64 in bounded chunks
+(halved when the command's output cap clipped one), each naming the whole file's SHA-256, which the
+assembled bytes must match.
 """
 
 from __future__ import annotations
@@ -19,10 +20,9 @@ from typing import Any
 
 from remoteops._errors import InvalidRequest
 from remoteops._models import ExecResult
-from remoteops.files.errors import FileAccessDenied, FileConflict, FileNotFound, FileRequestInvalid
 from remoteops.privilege.escalator import SecretSource
 from remoteops.privilege.models import PrivilegeMode, PrivilegeReport, ProviderAttempt
-from remoteops.systemd.errors import SystemdCommandFailed
+from remoteops.systemd.errors import SystemdCommandFailed, TransactionFileConflict, TransactionFileMissing
 from remoteops.systemd.runner import SystemdRunner, run_privileged
 
 __all__ = ["root_read", "root_write"]
@@ -113,16 +113,14 @@ def _answer(result: ExecResult, *, target: str, path: str, stage: str) -> dict[s
         return answer
     if error == "sha256_mismatch":
         current = answer.get("current_sha256")
-        raise FileConflict(
+        raise TransactionFileConflict(
             "the file changed", target=target, path=path, reason="sha256_mismatch",
             current_sha256=current if isinstance(current, str) else None,
         )  # fmt: skip
     if error == "not_found":
-        raise FileNotFound("no such file", target=target, path=path, errno="ENOENT")
-    if error == "access_denied":
-        raise FileAccessDenied(str(answer.get("detail", ""))[:300], target=target, path=path, errno="EACCES")
+        raise TransactionFileMissing("no such file", target=target, path=path)
     if error == "not_regular":
-        raise FileRequestInvalid("not a regular file", target=target, path=path)
+        raise InvalidRequest(target=target, field="change.path", reason="not a regular file")
     raise SystemdCommandFailed(
         f"the root file program failed: {str(answer.get('detail', error))[:300]}", target=target, stage=stage
     )
@@ -177,18 +175,18 @@ async def root_read(
         if size > max_bytes:
             raise InvalidRequest(target=target, field="change.path", reason=f"file larger than {max_bytes}")
         if digest is not None and answer["sha256"] != digest:
-            raise FileConflict("the file changed while it was read", target=target, path=path,
+            raise TransactionFileConflict("the file changed while it was read", target=target, path=path,
                                reason="changed_during_read")  # fmt: skip
         digest = str(answer["sha256"])
         data = base64.b64decode(str(answer["data"]))
         if not data and offset < size:
-            raise FileConflict("the file shrank while it was read", target=target, path=path,
+            raise TransactionFileConflict("the file shrank while it was read", target=target, path=path,
                                reason="changed_during_read")  # fmt: skip
         chunks.append(data)
         offset += len(data)
     whole = b"".join(chunks)
     if digest is None or report is None or hashlib.sha256(whole).hexdigest() != digest:
-        raise FileConflict("the file changed while it was read", target=target, path=path,
+        raise TransactionFileConflict("the file changed while it was read", target=target, path=path,
                            reason="changed_during_read")  # fmt: skip
     return whole, digest, report
 

@@ -2,7 +2,7 @@
 
 The change is a unit action, or a file replacement optionally followed by a unit action ("write nginx.conf,
 then reload nginx"). The file is read and written through the agent as the login user; where the agent is
-refused (``FileAccessDenied``: a root-owned file) ``privilege: auto`` goes on as root through the root
+refused (``EACCES`` / ``EPERM``: a root-owned file) ``privilege: auto`` goes on as root through the root
 providers on targets allowed to escalate, and ``privilege: root`` uses them from the start
 (:mod:`.rootfile`: the same SHA-256 precondition and atomic replace, the content on stdin); ``user`` never
 escalates (the write step fails with the refusal). Then, in order:
@@ -41,7 +41,6 @@ from remoteops._errors import (
     TransportLost,
 )
 from remoteops.agent import program as proto
-from remoteops.files.errors import FileAccessDenied
 from remoteops.privilege.escalator import SecretSource
 from remoteops.privilege.models import PrivilegeMode, PrivilegeReport, ProviderAttempt
 from remoteops.requests import RequestModel, TargetName, check_argv
@@ -268,7 +267,7 @@ class _Run:
     def _may_escalate(self) -> bool:
         return self.req.privilege == "auto" and self.escalate
 
-    def _denied(self, exc: FileAccessDenied) -> None:
+    def _denied(self, exc: RemoteOpsError) -> None:
         """The agent (as the login user) was refused: ``auto`` goes on as root where allowed."""
         if not self._may_escalate():
             raise exc
@@ -283,7 +282,9 @@ class _Run:
         if not self.file_root:
             try:
                 return await self._agent_read(path)
-            except FileAccessDenied as exc:
+            except RemoteOpsError as exc:
+                if not _access_denied(exc):
+                    raise
                 self._denied(exc)
         data, sha, report = await root_read(
             self.runner, self.target, path, max_bytes=MAX_FILE_BYTES, privilege=self._root_mode(),
@@ -296,7 +297,9 @@ class _Run:
         if not self.file_root:
             try:
                 return await self._agent_write(path, data, expected)
-            except FileAccessDenied as exc:
+            except RemoteOpsError as exc:
+                if not _access_denied(exc):
+                    raise
                 self._denied(exc)
         sha, report = await root_write(
             self.runner, self.target, path, data, expected, privilege=self._root_mode(),
@@ -329,6 +332,11 @@ class _Run:
             data,
         )
         return str(meta["sha256"])
+
+
+def _access_denied(exc: RemoteOpsError) -> bool:
+    # the agent's EACCES / EPERM (remoteops.files.errors.FileAccessDenied, mapped by the facade)
+    return getattr(exc, "errno", None) in ("EACCES", "EPERM")
 
 
 def _is_conflict(exc: RemoteOpsError) -> bool:
