@@ -18,6 +18,7 @@ import anyio
 import pytest
 
 from remoteops import RemoteOps, TransactionRequest, TransactionResult
+from remoteops.systemd.transaction import run_transaction
 from tests.remoteops.systemd_helpers import SystemdHost, booted, unavailable_reason
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
@@ -233,3 +234,33 @@ async def test_a_transport_lost_during_the_gates_is_ambiguous_after_the_unit_act
             host.target.run("kill", "-KILL", str(gate_pid), check=False)
         conf.write_bytes(original)
         host.target.systemctl("restart", "rog-web.service")
+
+
+class _Recorder:
+    """The real facade, with every command it is asked to run recorded (argv, stdin)."""
+
+    def __init__(self, ops: RemoteOps) -> None:
+        self.ops = ops
+        self.commands: list[tuple[list[str], bytes | None, str]] = []
+
+    async def run(self, target: str, argv: Any = None, shell: Any = None, **kw: Any) -> Any:
+        self.commands.append((list(argv or ()), kw.get("stdin"), str(kw.get("privilege", "user"))))
+        return await self.ops.run(target, argv, shell, **kw)
+
+    async def agent_request(self, target: str, kind: int, meta: dict[str, Any], data: bytes = b"") -> Any:
+        return await self.ops.agent_request(target, kind, meta, data)
+
+
+async def test_the_root_write_carries_the_content_on_stdin_never_in_argv(
+    host: SystemdHost, root_conf: Path
+) -> None:
+    secret = "ok-payload-" + os.urandom(8).hex() + "\n"
+    async with host.ops() as ops:
+        recorder = _Recorder(ops)
+        r = await run_transaction(recorder, ops.systemd, _file_tx(ROOT_CONF, secret, [_ok_gate(ROOT_CONF)]),
+                                  escalate=True)  # fmt: skip
+    assert r.outcome == "committed", r.steps
+    assert _bytes(root_conf) == secret.encode()
+    roots = [(argv, stdin) for argv, stdin, privilege in recorder.commands if privilege != "user"]
+    assert [stdin for _, stdin in roots] == [secret.encode()]  # the one root write: its content on stdin
+    assert not any(secret.strip() in word for argv, _, _ in recorder.commands for word in argv)
