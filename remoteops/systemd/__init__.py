@@ -10,5 +10,5 @@ Modules:
 - ``operations`` — :class:`RemoteSystemd` (``ops.systemd``).
 - ``journal`` — ``journalctl -o json`` read by cursor.
 - ``transaction`` — one reversible change with health gates and a verified rollback.
-- ``rootfile`` — the transaction's file read and replaced as root through the root providers.
+- ``fileexec`` — the transaction's file read and replaced over exec (as root, or without an agent).
 """

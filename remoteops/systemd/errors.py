@@ -10,8 +10,10 @@
             ├── SystemdCommandFailed    stage: systemctl / journalctl (or the transaction's root file
             │                           program) exited non-zero for a reason other than a refused job
             │                           (whose result is a normal result), also a ScopedRemoteError
-            ├── TransactionFileMissing  path: the transaction's file does not exist (read as root), also
-            │                           a ScopedNotFound
+            ├── TransactionFileMissing  path: the transaction's file does not exist (read over exec),
+            │                           also a ScopedNotFound
+            ├── TransactionFileDenied   path, errno (EACCES): the file program was refused, also a
+            │                           ScopedRemoteError (stage ``file``)
             └── TransactionFileConflict path, reason (``sha256_mismatch``: changed since it was read, not
                                         written; ``changed_during_read``), current_sha256; also a
                                         ScopedConflict. The agent's own refusals stay the file tools'
@@ -39,6 +41,7 @@ __all__ = [
     "SystemdError",
     "SystemdMissing",
     "TransactionFileConflict",
+    "TransactionFileDenied",
     "TransactionFileMissing",
     "UnitNotFound",
 ]
@@ -89,3 +92,10 @@ class TransactionFileConflict(SystemdError, ScopedConflict):
         self.path = path
         self.reason = reason
         self.current_sha256 = current_sha256
+
+
+class TransactionFileDenied(SystemdError, ScopedRemoteError):
+    def __init__(self, detail: str = "", *, target: str | None = None, path: str) -> None:
+        ScopedRemoteError.__init__(self, detail, target=target, stage="file")
+        self.path = path
+        self.errno = "EACCES"

@@ -4,8 +4,9 @@ The change is a unit action, or a file replacement optionally followed by a unit
 then reload nginx"). The file is read and written through the agent as the login user; where the agent is
 refused (``EACCES`` / ``EPERM``: a root-owned file) ``privilege: auto`` goes on as root through the root
 providers on targets allowed to escalate, and ``privilege: root`` uses them from the start
-(:mod:`.rootfile`: the same SHA-256 precondition and atomic replace, the content on stdin); ``user`` never
-escalates (the write step fails with the refusal). Then, in order:
+(:mod:`.fileexec`: the same SHA-256 precondition and atomic replace, the content on stdin); ``user`` never
+escalates (the write step fails with the refusal). A target without the agent (carrier ssh) gets the same
+program over exec as the login user. Then, in order:
 
 1. ``precheck`` (optional): a gate that must pass before anything changes (else ``precheck_failed``);
 2. snapshot: the unit's state, the file's bytes and SHA-256 (the file must exist: a replacement);
@@ -36,6 +37,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from remoteops._errors import (
     CommandTimeout,
     InvalidRequest,
+    MissingCapability,
     RemoteOpsError,
     TransportError,
     TransportLost,
@@ -44,9 +46,10 @@ from remoteops.agent import program as proto
 from remoteops.privilege.escalator import SecretSource
 from remoteops.privilege.models import PrivilegeMode, PrivilegeReport, ProviderAttempt
 from remoteops.requests import RequestModel, TargetName, check_argv
+from remoteops.systemd.errors import TransactionFileDenied
+from remoteops.systemd.fileexec import exec_read, exec_write
 from remoteops.systemd.models import UnitAction, UnitActionResult, UnitStatus
 from remoteops.systemd.names import UnitName
-from remoteops.systemd.rootfile import root_read, root_write
 from remoteops.systemd.runner import SystemdRunner
 
 __all__ = [
@@ -207,6 +210,7 @@ class _Run:
         self.file_root = request.privilege == "root"
         self.file_before: tuple[ProviderAttempt, ...] = ()
         self.file_privilege: PrivilegeReport | None = None
+        self.file_exec = False  # the target has no agent (carrier ssh): the file program over exec
         self.changing = False  # a change was attempted: a transport failure from now on is ambiguous
 
     def step(self, name: str, status: StepStatus, detail: str = "", **data: Any) -> None:
@@ -279,14 +283,26 @@ class _Run:
         return "root" if self.req.privilege == "root" else "auto"
 
     async def read(self, path: str) -> tuple[bytes, str]:
-        if not self.file_root:
+        if not self.file_root and not self.file_exec:
             try:
                 return await self._agent_read(path)
+            except MissingCapability:
+                self.file_exec = True  # no agent here (carrier ssh): the file program as the login user
             except RemoteOpsError as exc:
                 if not _access_denied(exc):
                     raise
                 self._denied(exc)
-        data, sha, report = await root_read(
+        if not self.file_root:
+            try:
+                data, sha, report = await exec_read(
+                    self.runner, self.target, path, max_bytes=MAX_FILE_BYTES, privilege="user",
+                    escalate=False, secrets=None,
+                )  # fmt: skip
+                self.file_privilege = report
+                return data, sha
+            except TransactionFileDenied as exc:
+                self._denied(exc)
+        data, sha, report = await exec_read(
             self.runner, self.target, path, max_bytes=MAX_FILE_BYTES, privilege=self._root_mode(),
             escalate=self.escalate, secrets=self.secrets, before=self.file_before,
         )  # fmt: skip
@@ -294,14 +310,26 @@ class _Run:
         return data, sha
 
     async def write(self, path: str, data: bytes, expected: str) -> str:
-        if not self.file_root:
+        if not self.file_root and not self.file_exec:
             try:
                 return await self._agent_write(path, data, expected)
+            except MissingCapability:
+                self.file_exec = True
             except RemoteOpsError as exc:
                 if not _access_denied(exc):
                     raise
                 self._denied(exc)
-        sha, report = await root_write(
+        if not self.file_root:
+            try:
+                sha, report = await exec_write(
+                    self.runner, self.target, path, data, expected, privilege="user", escalate=False,
+                    secrets=None,
+                )  # fmt: skip
+                self.file_privilege = report
+                return sha
+            except TransactionFileDenied as exc:
+                self._denied(exc)
+        sha, report = await exec_write(
             self.runner, self.target, path, data, expected, privilege=self._root_mode(),
             escalate=self.escalate, secrets=self.secrets, before=self.file_before,
         )  # fmt: skip
@@ -312,7 +340,7 @@ class _Run:
         """Who read or wrote the file (the step's ``privilege``)."""
         if self.file_privilege is None:
             return {"privilege": {"requested": self.req.privilege, "ran_as": "user", "via": "agent"}}
-        return {"privilege": self.file_privilege.model_dump(mode="json")}
+        return {"privilege": {**self.file_privilege.model_dump(mode="json"), "via": "exec"}}
 
     async def _agent_read(self, path: str) -> tuple[bytes, str]:
         wire = proto.wire_text(path.encode("utf-8", "surrogateescape"))

@@ -17,7 +17,7 @@ from typing import Any
 import anyio
 import pytest
 
-from remoteops import RemoteOps, TransactionRequest, TransactionResult
+from remoteops import PrivilegeSettings, RemoteOps, TargetSpec, TransactionRequest, TransactionResult
 from remoteops.systemd.transaction import run_transaction
 from tests.remoteops.systemd_helpers import SystemdHost, booted, unavailable_reason
 
@@ -264,3 +264,37 @@ async def test_the_root_write_carries_the_content_on_stdin_never_in_argv(
     roots = [(argv, stdin) for argv, stdin, privilege in recorder.commands if privilege != "user"]
     assert [stdin for _, stdin in roots] == [secret.encode()]  # the one root write: its content on stdin
     assert not any(secret.strip() in word for argv, _, _ in recorder.commands for word in argv)
+
+
+def _ssh_carrier_ops(host: SystemdHost) -> RemoteOps:
+    spec = TargetSpec(name="sd", host=host.spec.host, carrier="ssh")
+    return RemoteOps(host.settings, [spec], privilege=PrivilegeSettings(providers=("sudo_nopasswd",)))
+
+
+async def test_on_the_ssh_carrier_a_file_transaction_rolls_back_and_a_root_file_is_replaced_as_root(
+    host: SystemdHost, root_conf: Path
+) -> None:
+    web = host.target.root / "etc/rog/web.conf"
+    before = _sha(web)
+    change = {"unit": "rog-web.service", "action": "restart"}
+    tx = TransactionRequest.model_validate(
+        {"target": "sd", "change": {"kind": "file", "path": "/etc/rog/web.conf", "content": "broken\n",
+                                    "then": change},
+         "gates": [{"kind": "unit_active", "unit": "rog-web.service"}], "settle_s": 1}
+    )  # fmt: skip
+    async with _ssh_carrier_ops(host) as ops:
+        rolled = await ops.systemd.transaction(tx, escalate=True)
+        root = await ops.systemd.transaction(
+            _file_tx(ROOT_CONF, "ok over ssh\n", [_ok_gate(ROOT_CONF)]), escalate=True
+        )
+        assert ops.stats().carriers["sd"].carrier == "ssh"
+    assert rolled.outcome == "rolled_back", rolled.steps
+    assert _sha(web) == before
+    assert _step(rolled, "write")["data"]["privilege"] == {
+        **_step(rolled, "write")["data"]["privilege"], "ran_as": "user", "via": "exec"
+    }  # fmt: skip
+    assert root.outcome == "committed", root.steps
+    assert _bytes(root_conf) == b"ok over ssh\n"
+    assert _owner_mode(root_conf) == (0, 0, 0o644)
+    write = _step(root, "write")["data"]["privilege"]
+    assert (write["ran_as"], write["escalated_after_denial"]) == ("root", True)

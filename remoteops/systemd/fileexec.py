@@ -1,14 +1,15 @@
-"""The file of an ``admin_transaction`` read and replaced as root, through the operator's root providers.
+"""The file of an ``admin_transaction`` read and replaced by a small python program run over exec: as root
+through the operator's root providers, or as the login user where the target has no agent (carrier ssh).
 
-Used when the login user may not write (or read) the file: ``privilege: root``, or ``auto`` after the
-agent's write or read was refused (``EACCES`` / ``EPERM``) on a target allowed to escalate. The same
-guarantees as the agent's write: the content travels on stdin (never in argv); the file is replaced only if
-its SHA-256 is still the expected one (else :class:`~remoteops.systemd.errors.TransactionFileConflict`
-``sha256_mismatch`` with the current digest, nothing written); the replacement is a temporary file next to
-it (same owner, group and mode as the file it replaces), fsynced and renamed over it, then the directory
-fsynced. A link is written through (the link stays a link). Reads come back base64 in bounded chunks
-(halved when the command's output cap clipped one), each naming the whole file's SHA-256, which the
-assembled bytes must match.
+As root: ``privilege: root``, or ``auto`` after the login user was refused (``EACCES`` / ``EPERM``: by the
+agent, or by this program, which then also says "Permission denied" on stderr) on a target allowed to
+escalate. The same guarantees as the agent's write: the content travels on stdin (never in argv); the file
+is replaced only if its SHA-256 is still the expected one (else
+:class:`~remoteops.systemd.errors.TransactionFileConflict` ``sha256_mismatch`` with the current digest,
+nothing written); the replacement is a temporary file next to it (same owner, group and mode as the file it
+replaces), fsynced and renamed over it, then the directory fsynced. A link is written through (the link
+stays a link). Reads come back base64 in bounded chunks (halved when the command's output cap clipped one),
+each naming the whole file's SHA-256, which the assembled bytes must match.
 """
 
 from __future__ import annotations
@@ -22,10 +23,15 @@ from remoteops._errors import InvalidRequest
 from remoteops._models import ExecResult
 from remoteops.privilege.escalator import SecretSource
 from remoteops.privilege.models import PrivilegeMode, PrivilegeReport, ProviderAttempt
-from remoteops.systemd.errors import SystemdCommandFailed, TransactionFileConflict, TransactionFileMissing
+from remoteops.systemd.errors import (
+    SystemdCommandFailed,
+    TransactionFileConflict,
+    TransactionFileDenied,
+    TransactionFileMissing,
+)
 from remoteops.systemd.runner import SystemdRunner, run_privileged
 
-__all__ = ["root_read", "root_write"]
+__all__ = ["exec_read", "exec_write"]
 
 _PROGRAM = r"""import base64, errno, hashlib, json, os, stat, sys
 op, path = sys.argv[1], sys.argv[2]
@@ -85,6 +91,7 @@ try:
 except FileNotFoundError:
     out(2, error="not_found")
 except PermissionError as exc:
+    sys.stderr.write("Permission denied: %s\n" % exc)
     out(5, error="access_denied", detail=str(exc))
 except OSError as exc:
     out(6, error="os_error", errno=errno.errorcode.get(exc.errno or 0, ""), detail=str(exc))
@@ -119,6 +126,8 @@ def _answer(result: ExecResult, *, target: str, path: str, stage: str) -> dict[s
         )  # fmt: skip
     if error == "not_found":
         raise TransactionFileMissing("no such file", target=target, path=path)
+    if error == "access_denied":
+        raise TransactionFileDenied(str(answer.get("detail", ""))[:300], target=target, path=path)
     if error == "not_regular":
         raise InvalidRequest(target=target, field="change.path", reason="not a regular file")
     raise SystemdCommandFailed(
@@ -143,7 +152,7 @@ async def _run(
     )  # fmt: skip
 
 
-async def root_read(
+async def exec_read(
     runner: SystemdRunner,
     target: str,
     path: str,
@@ -154,7 +163,7 @@ async def root_read(
     secrets: SecretSource | None,
     before: tuple[ProviderAttempt, ...] = (),
 ) -> tuple[bytes, str, PrivilegeReport]:
-    """The file's bytes and SHA-256, read as root; the report of the privilege attempts."""
+    """The file's bytes and SHA-256 (as ``privilege`` says); the report of the privilege attempts."""
     chunks: list[bytes] = []
     offset, chunk, size = 0, _CHUNK, None
     digest: str | None = None
@@ -191,7 +200,7 @@ async def root_read(
     return whole, digest, report
 
 
-async def root_write(
+async def exec_write(
     runner: SystemdRunner,
     target: str,
     path: str,
@@ -203,7 +212,7 @@ async def root_write(
     secrets: SecretSource | None,
     before: tuple[ProviderAttempt, ...] = (),
 ) -> tuple[str, PrivilegeReport]:
-    """Replace the file as root if its SHA-256 is still ``expected_sha256``: (the new SHA-256, report)."""
+    """Replace the file if its SHA-256 is still ``expected_sha256``: (the new SHA-256, report)."""
     result, report = await _run(
         runner, target, _argv("write", path, expected_sha256), privilege=privilege, escalate=escalate,
         secrets=secrets, before=before, stdin=data,
