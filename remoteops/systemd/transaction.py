@@ -43,6 +43,7 @@ from remoteops._errors import (
     TransportLost,
 )
 from remoteops.agent import program as proto
+from remoteops.privilege.errors import SecretRequired
 from remoteops.privilege.escalator import SecretSource
 from remoteops.privilege.models import PrivilegeMode, PrivilegeReport, ProviderAttempt
 from remoteops.requests import RequestModel, TargetName, check_argv
@@ -435,8 +436,8 @@ async def run_transaction(
             run.changing = True
             try:
                 sha_written = await run.guard("write", run.write(change.path, change.data(), sha_before))
-            except _Ambiguous:
-                raise
+            except (_Ambiguous, SecretRequired):
+                raise  # SecretRequired: nothing was written; the human's password entry is the answer
             except RemoteOpsError as exc:
                 run.step(
                     "write",
