@@ -11,6 +11,7 @@ from __future__ import annotations
 import concurrent.futures
 import contextlib
 import hashlib
+import json
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -195,6 +196,11 @@ def test_an_admin_transaction_replaces_a_root_owned_file_through_the_root_provid
     assert write["data"]["privilege"]["ran_as"] == "root"
     assert root_conf.read_bytes() == b"ok v2\n"
     assert root_conf.stat().st_uid == 0
+    audit = (gateway.state_dir / "audit.jsonl").read_text().splitlines()
+    records = [json.loads(line) for line in audit if '"admin_transaction"' in line]
+    facts = records[-1]["facts"]["transaction"]
+    assert facts["outcome"] == "committed"
+    assert facts["privilege"]["write"]["provider"] == "sudo_nopasswd"  # the audit names who wrote the file
     user = _call(
         inspector, gateway, tmp_path, "admin_transaction", target="sd", change=change, gates=[gate],
         privilege="user",
