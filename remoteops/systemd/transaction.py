@@ -4,9 +4,9 @@ The change is a unit action, or a file replacement optionally followed by a unit
 then reload nginx"). The file is read and written through the agent as the login user; where the agent is
 refused (``EACCES`` / ``EPERM``: a root-owned file) ``privilege: auto`` goes on as root through the root
 providers on targets allowed to escalate, and ``privilege: root`` uses them from the start
-(:mod:`.fileexec`: the same SHA-256 precondition and atomic replace, the content on stdin); ``user`` never
-escalates (the write step fails with the refusal). A target without the agent (carrier ssh) gets the same
-program over exec as the login user. Then, in order:
+(:mod:`.txfile`, :mod:`.fileexec`: the same SHA-256 precondition and atomic replace, the content on
+stdin); ``user`` never escalates (the write step fails with the refusal). A target without the agent
+(carrier ssh) gets the same program over exec as the login user. Then, in order:
 
 1. ``precheck`` (optional): a gate that must pass before anything changes (else ``precheck_failed``);
 2. snapshot: the unit's state, the file's bytes and SHA-256 (the file must exist: a replacement);
@@ -37,21 +37,18 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from remoteops._errors import (
     CommandTimeout,
     InvalidRequest,
-    MissingCapability,
     RemoteOpsError,
     TransportError,
     TransportLost,
 )
-from remoteops.agent import program as proto
 from remoteops.privilege.errors import SecretRequired
 from remoteops.privilege.escalator import SecretSource
-from remoteops.privilege.models import PrivilegeMode, PrivilegeReport, ProviderAttempt
+from remoteops.privilege.models import PrivilegeMode
 from remoteops.requests import RequestModel, TargetName, check_argv
-from remoteops.systemd.errors import TransactionFileDenied
-from remoteops.systemd.fileexec import exec_read, exec_write
 from remoteops.systemd.models import UnitAction, UnitActionResult, UnitStatus
 from remoteops.systemd.names import UnitName
 from remoteops.systemd.runner import SystemdRunner
+from remoteops.systemd.txfile import MAX_FILE_BYTES, TransactionFile
 
 __all__ = [
     "FileChange",
@@ -65,7 +62,6 @@ __all__ = [
     "run_transaction",
 ]
 
-MAX_FILE_BYTES = 4 * 1024 * 1024
 _TCP = "import socket,sys\nsocket.create_connection((sys.argv[1], int(sys.argv[2])), 3).close()\n"
 _HTTP = (
     "import sys, urllib.request, urllib.error\n"
@@ -207,11 +203,7 @@ class _Run:
         self.escalate, self.secrets = escalate, secrets
         self.steps: list[TransactionStep] = []
         self.target = request.target
-        # the file as root: from the start with privilege root, after the agent's refusal with auto
-        self.file_root = request.privilege == "root"
-        self.file_before: tuple[ProviderAttempt, ...] = ()
-        self.file_privilege: PrivilegeReport | None = None
-        self.file_exec = False  # the target has no agent (carrier ssh): the file program over exec
+        self.file = TransactionFile(runner, request.target, request.privilege, escalate, secrets)
         self.changing = False  # a change was attempted: a transport failure from now on is ambiguous
 
     def step(self, name: str, status: StepStatus, detail: str = "", **data: Any) -> None:
@@ -268,104 +260,6 @@ class _Run:
             self.target, unit, action, privilege=self.req.privilege, escalate=self.escalate,
             secrets=self.secrets,
         )  # fmt: skip
-
-    def _may_escalate(self) -> bool:
-        return self.req.privilege == "auto" and self.escalate
-
-    def _denied(self, exc: RemoteOpsError) -> None:
-        """The agent (as the login user) was refused: ``auto`` goes on as root where allowed."""
-        if not self._may_escalate():
-            raise exc
-        reason = f"{type(exc).__name__}: {exc.detail}"[:200]
-        self.file_before = (ProviderAttempt(provider="user", outcome="denied", reason=reason),)
-        self.file_root = True
-
-    def _root_mode(self) -> PrivilegeMode:
-        return "root" if self.req.privilege == "root" else "auto"
-
-    async def read(self, path: str) -> tuple[bytes, str]:
-        if not self.file_root and not self.file_exec:
-            try:
-                return await self._agent_read(path)
-            except MissingCapability:
-                self.file_exec = True  # no agent here (carrier ssh): the file program as the login user
-            except RemoteOpsError as exc:
-                if not _access_denied(exc):
-                    raise
-                self._denied(exc)
-        if not self.file_root:
-            try:
-                data, sha, report = await exec_read(
-                    self.runner, self.target, path, max_bytes=MAX_FILE_BYTES, privilege="user",
-                    escalate=False, secrets=None,
-                )  # fmt: skip
-                self.file_privilege = report
-                return data, sha
-            except TransactionFileDenied as exc:
-                self._denied(exc)
-        data, sha, report = await exec_read(
-            self.runner, self.target, path, max_bytes=MAX_FILE_BYTES, privilege=self._root_mode(),
-            escalate=self.escalate, secrets=self.secrets, before=self.file_before,
-        )  # fmt: skip
-        self.file_privilege = report
-        return data, sha
-
-    async def write(self, path: str, data: bytes, expected: str) -> str:
-        if not self.file_root and not self.file_exec:
-            try:
-                return await self._agent_write(path, data, expected)
-            except MissingCapability:
-                self.file_exec = True
-            except RemoteOpsError as exc:
-                if not _access_denied(exc):
-                    raise
-                self._denied(exc)
-        if not self.file_root:
-            try:
-                sha, report = await exec_write(
-                    self.runner, self.target, path, data, expected, privilege="user", escalate=False,
-                    secrets=None,
-                )  # fmt: skip
-                self.file_privilege = report
-                return sha
-            except TransactionFileDenied as exc:
-                self._denied(exc)
-        sha, report = await exec_write(
-            self.runner, self.target, path, data, expected, privilege=self._root_mode(),
-            escalate=self.escalate, secrets=self.secrets, before=self.file_before,
-        )  # fmt: skip
-        self.file_privilege = report
-        return sha
-
-    def file_facts(self) -> dict[str, Any]:
-        """Who read or wrote the file (the step's ``privilege``)."""
-        if self.file_privilege is None:
-            return {"privilege": {"requested": self.req.privilege, "ran_as": "user", "via": "agent"}}
-        return {"privilege": {**self.file_privilege.model_dump(mode="json"), "via": "exec"}}
-
-    async def _agent_read(self, path: str) -> tuple[bytes, str]:
-        wire = proto.wire_text(path.encode("utf-8", "surrogateescape"))
-        meta, data = await self.runner.agent_request(
-            self.target, proto.READ, {"path": wire, "offset": 0, "length": MAX_FILE_BYTES + 1}
-        )
-        if int(meta["size"]) > MAX_FILE_BYTES:
-            raise InvalidRequest(target=self.target, field="change.path", reason="file larger than 4 MiB")
-        return data, str(meta["sha256"])
-
-    async def _agent_write(self, path: str, data: bytes, expected: str) -> str:
-        wire = proto.wire_text(path.encode("utf-8", "surrogateescape"))
-        meta, _ = await self.runner.agent_request(
-            self.target,
-            proto.WRITE,
-            {"path": wire, "if_exists": "overwrite", "mode": None, "expected_sha256": expected},
-            data,
-        )
-        return str(meta["sha256"])
-
-
-def _access_denied(exc: RemoteOpsError) -> bool:
-    # the agent's EACCES / EPERM (remoteops.files.errors.FileAccessDenied, mapped by the facade)
-    return getattr(exc, "errno", None) in ("EACCES", "EPERM")
 
 
 def _is_conflict(exc: RemoteOpsError) -> bool:
@@ -426,8 +320,8 @@ async def run_transaction(
         if unit_change is not None:
             before = (await run.guard("snapshot", systemd.status(request.target, [unit_change.unit])))[0]
         if isinstance(change, FileChange):
-            original, sha_before = await run.guard("snapshot", run.read(change.path))
-        facts = run.file_facts() if isinstance(change, FileChange) else {}
+            original, sha_before = await run.guard("snapshot", run.file.read(change.path))
+        facts = run.file.facts() if isinstance(change, FileChange) else {}
         run.step(
             "snapshot", "done", unit=before.model_dump(mode="json") if before else None, sha256=sha_before,
             **facts,
@@ -435,7 +329,7 @@ async def run_transaction(
         if isinstance(change, FileChange) and sha_before is not None:
             run.changing = True
             try:
-                sha_written = await run.guard("write", run.write(change.path, change.data(), sha_before))
+                sha_written = await run.guard("write", run.file.write(change.path, change.data(), sha_before))
             except (_Ambiguous, SecretRequired):
                 raise  # SecretRequired: nothing was written; the human's password entry is the answer
             except RemoteOpsError as exc:
@@ -443,10 +337,10 @@ async def run_transaction(
                     "write",
                     "conflict" if _is_conflict(exc) else "failed",
                     f"{type(exc).__name__}: {exc.detail}",
-                    **run.file_facts(),
+                    **run.file.facts(),
                 )
                 return done("change_failed")
-            run.step("write", "done", sha256=sha_written, size=len(change.data()), **run.file_facts())
+            run.step("write", "done", sha256=sha_written, size=len(change.data()), **run.file.facts())
         if unit_change is not None:
             run.changing = True
             acted = await run.guard("unit_action", run.action(unit_change.unit, unit_change.action))
@@ -465,8 +359,8 @@ async def run_transaction(
         complete = True
         if isinstance(change, FileChange) and original is not None and sha_written is not None:
             try:
-                restored = await run.guard("restore_file", run.write(change.path, original, sha_written))
-                run.step("restore_file", "done", sha256=restored, **run.file_facts())
+                restored = await run.guard("restore_file", run.file.write(change.path, original, sha_written))
+                run.step("restore_file", "done", sha256=restored, **run.file.facts())
             except _Ambiguous:
                 raise
             except RemoteOpsError as exc:
@@ -486,7 +380,7 @@ async def run_transaction(
         # -- verification ------------------------------------------------------------------------------
         checks: dict[str, bool] = {}
         if isinstance(change, FileChange) and not conflict:
-            _, now_sha = await run.guard("verify", run.read(change.path))
+            _, now_sha = await run.guard("verify", run.file.read(change.path))
             checks["file_restored"] = now_sha == sha_before
         if unit_change is not None and before is not None:
             now = (await run.guard("verify", systemd.status(request.target, [unit_change.unit])))[0]
