@@ -1,6 +1,6 @@
-"""``admin``: ``admin_transaction`` on a real systemd target (tests/remoteops/systemd_helpers.py: systemd 252
-in its own namespaces, an sshd inside reached through nsenter + nc, the plain login user ``plain`` with a
-NOPASSWD sudo rule). A broken config written for ``rog-web.service`` and restarted fails its health gates and
+"""``admin``: ``admin_transaction`` on a real systemd target (acceptance/harness/systemd_helpers.py:
+systemd 252 in its own namespaces, an sshd inside reached through nsenter + nc, the plain login user
+``plain`` with a NOPASSWD sudo rule). A broken config written for ``rog-web.service`` and restarted fails its health gates and
 is rolled back byte-identically (SHA-256) with the unit active again; a good one passes and is kept; a
 concurrent change made meanwhile is reported as a conflict and left in place; a root-owned file is replaced
 through the root provider (``privilege: auto`` after the agent's refusal) and, with a failing gate, restored
@@ -15,9 +15,9 @@ import time
 from typing import Any
 
 from acceptance._registry import PhaseContext, phase
+from acceptance.harness.systemd_helpers import SystemdHost, booted, unavailable_reason
 from acceptance.harness.systemd_target import host_sysctls
 from remoteops import RemoteOps, TransactionRequest
-from tests.remoteops.systemd_helpers import SystemdHost, booted, unavailable_reason
 
 __all__ = ["admin_transaction"]
 

@@ -1,6 +1,6 @@
 """The MCP Inspector CLI (the official TypeScript client, which validates ``structuredContent`` against each
 tool's ``outputSchema``, on error results too) drives the systemd tools and ``admin_transaction`` against the
-real gateway whose target is a real systemd 252 (tests/remoteops/systemd_helpers.py, login user ``plain``
+real gateway whose target is a real systemd 252 (acceptance/harness/systemd_helpers.py, login user ``plain``
 with a NOPASSWD sudo rule; ``sd`` is in ``root.targets``, ``other`` — the same host — is not): each failure
 reaches the client as its structured error code, each success and each transaction outcome (rolled back,
 committed as root, ambiguous after a lost transport) as a result the client accepts.
@@ -19,10 +19,10 @@ from typing import Any
 
 import pytest
 
+from acceptance.harness.systemd_helpers import SystemdHost, booted, unavailable_reason
 from tests.fixtures.gateway_proc import GatewayProcess, run_gateway
 from tests.fixtures.node_tools import INSPECTOR, InstalledTool, ensure_tool
 from tests.gateway.test_clients_tools import _call, _fail
-from tests.remoteops.systemd_helpers import SystemdHost, booted, unavailable_reason
 
 pytestmark = [pytest.mark.slow]
 

@@ -1,6 +1,6 @@
-"""``admin_transaction`` against a real systemd target (tests/remoteops/systemd_helpers.py) as the plain login
-user ``plain`` (NOPASSWD sudo): a root-owned file is replaced through the root provider (or the write step
-fails, changing nothing), and a transport lost in the middle of the gates is ``ambiguous`` with the last step
+"""``admin_transaction`` against a real systemd target (acceptance/harness/systemd_helpers.py) as the plain
+login user ``plain`` (NOPASSWD sudo): a root-owned file is replaced through the root provider
+(or the write step fails, changing nothing), and a transport lost in the middle of the gates is ``ambiguous`` with the last step
 known to be done, nothing retried and nothing rolled back over the lost connection.
 Skipped, with the reason, where the machine cannot boot a systemd target."""
 
@@ -17,9 +17,9 @@ from typing import Any
 import anyio
 import pytest
 
+from acceptance.harness.systemd_helpers import SystemdHost, booted, unavailable_reason
 from remoteops import PrivilegeSettings, RemoteOps, TargetSpec, TransactionRequest, TransactionResult
 from remoteops.systemd.transaction import run_transaction
-from tests.remoteops.systemd_helpers import SystemdHost, booted, unavailable_reason
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
