@@ -1,10 +1,10 @@
-"""``admin``: ``admin_transaction`` on a real systemd target (acceptance/harness/systemd_helpers.py:
-systemd 252 in its own namespaces, an sshd inside reached through nsenter + nc, the plain login user
-``plain`` with a NOPASSWD sudo rule). A broken config written for ``rog-web.service`` and restarted fails its health gates and
-is rolled back byte-identically (SHA-256) with the unit active again; a good one passes and is kept; a
+"""``admin``: ``admin_transaction`` on a real systemd target (acceptance/harness/systemd_helpers.py: systemd
+252 in its own namespaces, an sshd inside reached through nsenter + nc, the plain login user ``plain`` with
+a NOPASSWD sudo rule). A broken config written for ``rog-web.service`` and restarted fails its health gates
+and is rolled back byte-identically (SHA-256) with the unit active again; a good one passes and is kept; a
 concurrent change made meanwhile is reported as a conflict and left in place; a root-owned file is replaced
-through the root provider (``privilege: auto`` after the agent's refusal) and, with a failing gate, restored
-byte-identically with its owner and mode."""
+through the root provider (``privilege: auto`` after the agent's refusal) and, with a failing gate,
+restored byte-identically with its owner and mode."""
 
 from __future__ import annotations
 

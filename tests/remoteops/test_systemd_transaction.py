@@ -1,8 +1,8 @@
 """``admin_transaction`` against a real systemd target (acceptance/harness/systemd_helpers.py) as the plain
-login user ``plain`` (NOPASSWD sudo): a root-owned file is replaced through the root provider
-(or the write step fails, changing nothing), and a transport lost in the middle of the gates is ``ambiguous`` with the last step
-known to be done, nothing retried and nothing rolled back over the lost connection.
-Skipped, with the reason, where the machine cannot boot a systemd target."""
+login user ``plain`` (NOPASSWD sudo): a root-owned file is replaced through the root provider (or the write
+step fails, changing nothing), and a transport lost in the middle of the gates is ``ambiguous`` with the
+last step known to be done, nothing retried and nothing rolled back over the lost connection. Skipped, with
+the reason, where the machine cannot boot a systemd target."""
 
 from __future__ import annotations
 
