@@ -17,6 +17,7 @@ __all__ = [
     "ListeningSocket",
     "OsRelease",
     "PathBreakdown",
+    "PortFallback",
     "PortList",
     "ProcessList",
     "ProcessRecord",
@@ -29,6 +30,7 @@ __all__ = [
 _FROZEN = ConfigDict(frozen=True)
 
 ProcessSort = Literal["cpu", "memory", "start", "pid"]
+PortFallback = Literal["ss_missing", "ss_failed"]
 SignalName = Literal["TERM", "INT", "HUP", "KILL", "USR1", "USR2", "STOP", "CONT"]
 
 
@@ -42,6 +44,9 @@ class OsRelease(BaseModel):
     version_id: str | None = None
     pretty_name: str | None = None
     fields: dict[str, str] = Field(default_factory=dict)
+    file: str | None = Field(
+        None, description="The file read: /etc/os-release, else /usr/lib/os-release (None: neither)."
+    )
 
 
 class SystemInfo(BaseModel):
@@ -107,6 +112,11 @@ class PortList(BaseModel):
     target: str
     source: Literal["ss", "proc"] = Field(
         description="ss (-H -O -tulpn), or /proc/net/{tcp,tcp6,udp,udp6} with /proc/*/fd socket inodes."
+    )
+    fallback: PortFallback | None = Field(
+        None,
+        description="Why /proc was read under source=auto: ss_missing (no ss on the PATH), ss_failed (ss "
+        "exited non-zero: too old for -H/-O); null when the source read is the one asked for.",
     )
     sockets: list[ListeningSocket]
 

@@ -30,6 +30,7 @@ from remoteops.system.models import (
     DiskUsageReport,
     GpuInfo,
     PathBreakdown,
+    PortFallback,
     PortList,
     ProcessList,
     ProcessSort,
@@ -63,6 +64,11 @@ _GRACE_S = 10.0
 _PROGRAM_LIMIT_S = 30.0
 _MAX_PROCESSES = 10_000
 _MAX_FILTER = 256
+_PROC_WHY: dict[str, PortFallback | None] = {
+    "asked": None,
+    "ss-missing": "ss_missing",
+    "ss-failed": "ss_failed",
+}
 
 
 class SystemRunner(Protocol):
@@ -168,7 +174,9 @@ class RemoteSystem:
             return SystemInfo(
                 target=target,
                 hostname=s["hostname"][0].strip(),
-                os=parse_os_release(s.get("os_release", [])),
+                os=parse_os_release(s.get("os_release", [])).model_copy(
+                    update={"file": next(iter(s.get("os_release_file", [])), "").strip() or None}
+                ),
                 kernel=s["kernel"][0].strip(),
                 arch=s["arch"][0].strip(),
                 uptime_s=float(s["uptime"][0].split()[0]),
@@ -220,17 +228,23 @@ class RemoteSystem:
         )
 
     async def ports(self, target: str, *, source: str = "auto") -> PortList:
-        """Listening TCP and UDP sockets: ``ss`` where the target has it (``source="auto"``), else /proc."""
+        """Listening TCP and UDP sockets: ``ss`` where the target has it and it answers (``source="auto"``),
+        else /proc, with ``fallback`` saying why (ss missing, or failing: too old for ``-H``/``-O``)."""
         if source not in ("auto", "ss", "proc"):
             raise InvalidRequest(target=target, field="source", reason="auto, ss or proc")
         result = await self._program(target, "ports", PORTS_SCRIPT, [source])
         head, _, body = result.stdout.partition("\n")
         if head == "S none":
             raise SystemCapabilityMissing("ss is not on the target's PATH", target=target, capability="ss")
+        if head.startswith("S failed ") and head[9:].isdigit():
+            raise self._failed(target, "ports", result.model_copy(update={"exit_code": int(head[9:])}))
         if head == "S ss" and result.exit_code == 0:
             return PortList(target=target, source="ss", sockets=parse_ss(body))
-        if head == "S proc" and result.exit_code == 0:
-            return PortList(target=target, source="proc", sockets=parse_proc_sockets(body))
+        why = head.removeprefix("S proc ")
+        if why in _PROC_WHY and result.exit_code == 0:
+            return PortList(
+                target=target, source="proc", fallback=_PROC_WHY[why], sockets=parse_proc_sockets(body)
+            )
         raise self._failed(target, "ports", result)
 
     async def disk(
@@ -316,7 +330,7 @@ class RemoteSystem:
             check_text("name", name, target=target)
             if not name or "\n" in name:
                 raise InvalidRequest(target=target, field="name", reason="a command name of one line")
-        args = [str(pid), signal, "-" if start_time is None else f"{start_time:.2f}", name or "-"]
+        args = [str(pid), signal, "-" if start_time is None else f"{start_time:.6f}", name or "-"]
         result = await self._program(
             target, "signal", SIGNAL_SCRIPT, args, privilege=privilege, secrets=secrets
         )

@@ -65,8 +65,10 @@ def parse_os_release(lines: list[str]) -> OsRelease:
 
 
 def start_epoch(btime: int, starttime: int, hz: int) -> float:
-    """A process's start in epoch seconds, to the clock tick (as ``signal.sh`` reads it)."""
-    return round(btime + starttime / hz, 2)
+    """A process's start in epoch seconds, to the clock tick (as ``signal.sh`` reads it): rounded to as
+    many decimals as ``hz`` has digits (3 at the usual 100: the hundredth, exactly), so that ``signal.sh``
+    gets the exact tick back (``(epoch - btime) * hz`` rounded) at any ``CLK_TCK`` (250, 1000, 1024 ...)."""
+    return round(btime + starttime / hz, max(2, len(str(max(hz, 1)))))
 
 
 def _argv(encoded: str, cap: int) -> tuple[list[str], bool]:

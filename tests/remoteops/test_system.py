@@ -28,6 +28,7 @@ from remoteops import (
     RemoteOps,
     SignalDenied,
     SystemCapabilityMissing,
+    SystemRemoteError,
     TargetSpec,
     TransportSettings,
 )
@@ -40,6 +41,12 @@ ROLES = ("plain", "sudo", "root", "nopy")
 
 # nvidia-smi 535's answer to the query gpu_info sends, byte for byte in its format (", " separated, no
 # header, no units, [N/A] where a field is not supported)
+OLD_SS = """#!/bin/sh
+echo "ss: invalid option -- 'O'" >&2
+exit 255
+"""
+"""An ss from before ``-O`` (iproute2 < 4.20): refuses the option, as old ones do."""
+
 FAKE_SMI = """#!/bin/sh
 case "$*" in
   "--query-gpu=index,name,uuid,memory.total,memory.used,utilization.gpu,temperature.gpu,driver_version \
@@ -124,6 +131,9 @@ def nopy_path(sshd: SshdInstance) -> Iterator[Path]:
     finally:
         python.unlink()
         (directory / "nvidia-smi").unlink(missing_ok=True)
+        ss = directory / "ss"
+        ss.unlink(missing_ok=True)
+        ss.symlink_to("/usr/bin/ss")
 
 
 async def _until(pid: int, event: int) -> None:
@@ -149,7 +159,7 @@ async def test_system_info_matches_this_machine_on_either_carrier(sshd: SshdInst
     assert info.arch == os.uname().machine
     assert info.boot_id == _read("/proc/sys/kernel/random/boot_id").strip()
     assert info.cpu_count == os.sysconf("SC_NPROCESSORS_ONLN")
-    assert info.os == local_os
+    assert info.os == local_os.model_copy(update={"file": "/etc/os-release"})
     assert info.os.id
     assert info.os.pretty_name
     assert info.memory_total_bytes == os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
@@ -247,6 +257,37 @@ async def test_port_list_finds_a_known_listener_and_its_owner_where_visible(
     assert owner == _read(f"/proc/{os.getpid()}/comm").strip()
     seen_by_user = [(s.port, s.pid) for s in as_user.sockets if s.port in (tcp_port, udp_port)]
     assert sorted(seen_by_user) == sorted([(tcp_port, None), (udp_port, None)])  # root's: owner not visible
+
+
+async def test_port_list_falls_back_to_proc_naming_why_when_ss_is_too_old_or_missing(
+    sshd: SshdInstance, carrier: str, nopy_path: Path
+) -> None:
+    ss = nopy_path / "ss"
+    with socket.socket() as tcp:
+        tcp.bind(("127.0.0.1", 0))
+        tcp.listen()
+        port = tcp.getsockname()[1]
+        async with _ops(sshd, carrier) as ops:
+            with anyio.fail_after(60):
+                current = await ops.system.ports("nopy")
+                ss.unlink()
+                ss.write_text(OLD_SS)
+                ss.chmod(0o755)
+                old = await ops.system.ports("nopy")
+                with pytest.raises(SystemRemoteError) as failed:
+                    await ops.system.ports("nopy", source="ss")
+                ss.unlink()
+                missing = await ops.system.ports("nopy")
+                with pytest.raises(SystemCapabilityMissing) as absent:
+                    await ops.system.ports("nopy", source="ss")
+            _carried(ops, "nopy", carrier)
+    assert (current.source, current.fallback) == ("ss", None)
+    assert (old.source, old.fallback) == ("proc", "ss_failed")
+    assert (missing.source, missing.fallback) == ("proc", "ss_missing")
+    for listing in (current, old, missing):
+        assert [(s.protocol, s.address) for s in listing.sockets if s.port == port] == [("tcp", "127.0.0.1")]
+    assert (failed.value.stage, failed.value.exit_code) == ("ports", 255)
+    assert absent.value.capability == "ss"
 
 
 async def test_disk_usage_sizes_the_top_children_of_a_known_tree_within_its_bounds(
