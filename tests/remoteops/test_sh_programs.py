@@ -56,7 +56,7 @@ PROGRAMS = {
     ),
     "system procs": (
         system.PROCS_SCRIPT,
-        "37e9dd18940431c21d2e6b84623ac71670774d107cd53885972ffa71b2ca9388",
+        "8b09d1770b2c59c8539c216d1802f36b4f5a757985783ee6796f3de0103d8fa6",
     ),
     "system ports": (
         system.PORTS_SCRIPT,
