@@ -168,6 +168,12 @@ async def _signal(ctx: PhaseContext, call: Any, proc: subprocess.Popen[bytes]) -
     outside = await call("process_signal", {"target": "ssh", "pid": proc.pid, "signal": "KILL",
                                             "start_time": started, "privilege": "root"})  # fmt: skip
     ctx.check(error_code(outside) == "policy_denied", f"privilege root outside root.targets: {outside}")
+    no_root = await call("process_signal", {"target": "sudo-noroot", "pid": proc.pid, "signal": "KILL",
+                                            "start_time": started})  # fmt: skip
+    ctx.check(
+        error_code(no_root) == "privilege_error",
+        f"auto on a sudo-capable target outside root.targets must not escalate: {no_root}",
+    )
     ctx.check(running(proc.pid), "after the refused signals the process still runs")
     sent, ms = await timed(
         call("process_signal", {"target": "sudo", "pid": proc.pid, "signal": "KILL", "start_time": started})
@@ -219,6 +225,7 @@ async def system(ctx: PhaseContext) -> None:
     targets = [{"name": c, "host": env.sshd.alias("plain"), "carrier": c} for c in CARRIERS]
     targets += [
         {"name": "sudo", "host": env.sshd.alias("sudo")},
+        {"name": "sudo-noroot", "host": env.sshd.alias("sudo")},  # the same sudo user, not in root.targets
         {"name": "nopy", "host": env.sshd.alias("nopy")},
     ]
     config = own_gateway_config(
