@@ -141,16 +141,21 @@ class DirectoryEntry(BaseModel):
 
 
 class PathBreakdown(BaseModel):
-    """``du -x`` of one path (one filesystem, its direct children), bounded in time and entries."""
+    """One path's walk (``find -xdev``: one filesystem, hard links once) summed per direct child, bounded
+    in time and in entries."""
 
     model_config = _FROZEN
 
     path: str
-    total_bytes: int | None = Field(description="The whole path (None: the time limit cut du short).")
+    total_bytes: int | None = Field(description="The whole path (None: a bound cut the walk short).")
     children: list[DirectoryEntry] = Field(description="The largest children, largest first.")
     top_n: int
-    complete: bool = Field(description="False: the time limit stopped du; the sizes cover what it reached.")
-    cut_by: Literal["time_limit"] | None = None
+    entries: int = Field(description="Entries (files, directories, ...) the walk counted.")
+    max_entries: int
+    complete: bool = Field(
+        description="False: a bound stopped the walk (cut_by); the sizes cover what it reached."
+    )
+    cut_by: Literal["time_limit", "max_entries"] | None = None
     unreadable: bool = Field(description="Some entries could not be read (their sizes are missing).")
 
 

@@ -8,7 +8,7 @@ transport's output cap, which the programs respect (a process list's argv cap sh
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Protocol
+from typing import Literal, Protocol
 
 import anyio
 
@@ -50,7 +50,7 @@ from remoteops.system.parse import (
     start_epoch,
 )
 
-__all__ = ["SIGNALS", "RemoteSystem", "SystemRunner"]
+__all__ = ["MAX_DISK_ENTRIES", "SIGNALS", "RemoteSystem", "SystemRunner"]
 
 INFO_SCRIPT = program(__package__, "info.sh")
 PROCS_SCRIPT = program(__package__, "procs.sh")
@@ -64,6 +64,7 @@ _GRACE_S = 10.0
 _PROGRAM_LIMIT_S = 30.0
 _MAX_PROCESSES = 10_000
 _MAX_FILTER = 256
+MAX_DISK_ENTRIES = 5_000_000
 _PROC_WHY: dict[str, PortFallback | None] = {
     "asked": None,
     "ss-missing": "ss_missing",
@@ -248,18 +249,29 @@ class RemoteSystem:
         raise self._failed(target, "ports", result)
 
     async def disk(
-        self, target: str, *, path: str | None = None, top_n: int = 20, limit_s: float = 10.0
+        self,
+        target: str,
+        *,
+        path: str | None = None,
+        top_n: int = 20,
+        limit_s: float = 10.0,
+        max_entries: int = 200_000,
     ) -> DiskUsageReport:
         """Filesystems (``df -P -B1 -T``) and, for ``path``, its largest direct children on the same
-        filesystem (``du -x``), stopped after ``limit_s`` (then ``complete`` is false)."""
+        filesystem (``find -xdev``, hard links once), the walk stopped after ``limit_s`` or ``max_entries``
+        entries (then ``complete`` is false and ``cut_by`` says which)."""
         if path is not None:
             check_text("path", path, target=target)
             if not path or path == "-" or "\n" in path:
                 raise InvalidRequest(target=target, field="path", reason="a path of one line")
         if not 1 <= top_n <= 1000:
             raise InvalidRequest(target=target, field="top_n", reason="must be in [1, 1000]")
+        if not 1 <= max_entries <= MAX_DISK_ENTRIES:
+            raise InvalidRequest(
+                target=target, field="max_entries", reason=f"must be in [1, {MAX_DISK_ENTRIES}]"
+            )
         check_time_limit(limit_s, min(self._ceiling_s, 300.0), field="limit_s", target=target)
-        args = ["-" if path is None else path, str(top_n), f"{limit_s:g}"]
+        args = ["-" if path is None else path, str(top_n), f"{limit_s:g}", str(max_entries)]
         result = await self._program(target, "disk", DISK_SCRIPT, args, limit_s=limit_s + 20)
         lines = result.stdout.splitlines()
         if not lines or lines[0] != "D":
@@ -274,20 +286,30 @@ class RemoteSystem:
                 raise self._failed(target, "disk", result)
             if lines[marker] == "X missing":
                 raise InspectPathNotFound(f"{path!r} does not exist", target=target, path=path)
-            rc_line = next((x for x in lines[marker + 1 :] if x.startswith("R ")), "R -1")
-            blob = next((x for x in lines[marker + 1 :] if " " not in x), "")
+            rest = lines[marker + 1 :]
+            rc_line = next((x for x in rest if x.startswith("R ")), "R -1")
+            entries_line = next((x for x in rest if x.startswith("E ")), "").split()
+            blob = next((x for x in rest if " " not in x), "")
             rc = int(rc_line[2:]) if rc_line[2:].lstrip("-").isdigit() else -1
-            total, children = parse_du(blob, path)
-            cut = rc in (124, 137)
-            if rc not in (0, 1) and not cut:
+            if len(entries_line) != 3 or not all(w.isdigit() for w in entries_line[1:]):
                 raise self._failed(target, "disk", result)
+            entries, entry_cut = int(entries_line[1]), entries_line[2] == "1"
+            total, children = parse_du(blob, path)
+            time_cut = rc in (124, 137)
+            if rc not in (0, 1) and not time_cut and not entry_cut:
+                raise self._failed(target, "disk", result)
+            cut_by: Literal["time_limit", "max_entries"] | None = (
+                "time_limit" if time_cut else "max_entries" if entry_cut else None
+            )
             breakdown = PathBreakdown(
                 path=path,
-                total_bytes=None if cut else total,
+                total_bytes=None if cut_by else total,
                 children=children[:top_n],
                 top_n=top_n,
-                complete=not cut,
-                cut_by="time_limit" if cut else None,
+                entries=entries,
+                max_entries=max_entries,
+                complete=cut_by is None,
+                cut_by=cut_by,
                 unreadable=rc == 1,
             )
         return DiskUsageReport(target=target, filesystems=filesystems, breakdown=breakdown)

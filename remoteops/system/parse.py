@@ -253,7 +253,7 @@ def parse_df(lines: list[str]) -> list[Filesystem]:
 
 
 def parse_du(encoded: str, path: str) -> tuple[int | None, list[DirectoryEntry]]:
-    """``du -0`` records (``SIZE<tab>NAME\\0``, largest first): the path's own total and its children."""
+    """``disk.sh``'s records (``SIZE<tab>NAME\\0``, largest first): the path's total and its children."""
     raw = base64.b64decode(encoded or b"")
     total: int | None = None
     children = []

@@ -64,7 +64,7 @@ PROGRAMS = {
     ),
     "system disk": (
         system.DISK_SCRIPT,
-        "b14e10d8ed479eb2d562d08a09cbbc9a80e144d1d925984eba05eb507618fbd4",
+        "d62170f55a5ea004e53c5f75f9c101423960d8dddaa07dc2aa66a00285192f6b",
     ),
     "system gpu": (
         system.GPU_SCRIPT,

@@ -319,11 +319,39 @@ async def test_disk_usage_sizes_the_top_children_of_a_known_tree_within_its_boun
     assert every.breakdown is not None
     assert [c.path.rsplit("/", 1)[1] for c in every.breakdown.children] == ["big", "mid", "small"]
     assert every.breakdown.total_bytes == breakdown.total_bytes
+    assert breakdown.entries == 1 + 3 + 3 + 2  # the path, 3 directories and their files, deeper/ and more
     assert cut.breakdown is not None
     assert not cut.breakdown.complete
     assert cut.breakdown.cut_by == "time_limit"
     assert cut.breakdown.total_bytes is None
     assert len(cut.breakdown.children) <= 3
+
+
+async def test_disk_usage_stops_its_walk_at_max_entries_and_says_so(
+    sshd: SshdInstance, carrier: str, tree: Path
+) -> None:
+    many = tree / "many"
+    many.mkdir()
+    for index in range(300):
+        (many / f"f{index}").write_bytes(b"x")
+    async with _ops(sshd, carrier) as ops:
+        with anyio.fail_after(60):
+            stopped = await ops.system.disk("plain", path=str(tree), max_entries=50)
+            whole = await ops.system.disk("plain", path=str(tree), max_entries=1000)
+            big = await ops.system.disk("root", path="/usr", max_entries=2000, limit_s=60)
+            with pytest.raises(InvalidRequest) as bad:
+                await ops.system.disk("plain", path=str(tree), max_entries=0)
+    assert stopped.breakdown is not None
+    assert (stopped.breakdown.complete, stopped.breakdown.cut_by) == (False, "max_entries")
+    assert stopped.breakdown.entries == stopped.breakdown.max_entries == 50
+    assert stopped.breakdown.total_bytes is None
+    assert whole.breakdown is not None
+    assert (whole.breakdown.complete, whole.breakdown.cut_by) == (True, None)
+    assert whole.breakdown.entries == 1 + 3 + 3 + 2 + 1 + 300
+    assert big.breakdown is not None
+    assert (big.breakdown.cut_by, big.breakdown.entries) == ("max_entries", 2000)
+    assert big.breakdown.children
+    assert bad.value.field == "max_entries"
 
 
 async def test_disk_usage_of_a_missing_path_or_an_unreadable_subtree_says_so(
