@@ -125,6 +125,12 @@ async def _reads(
         children == [("big", True), ("mid", True)] and breakdown["complete"] is True,
         f"{carrier}: disk_usage top 2 of the known tree: {breakdown}",
     )
+    bounded = structured(await call("disk_usage", {"target": carrier, "path": str(tree), "max_entries": 3}))
+    got = {k: bounded["breakdown"][k] for k in ("complete", "cut_by", "entries", "total_bytes")}
+    ctx.check(
+        got == {"complete": False, "cut_by": "max_entries", "entries": 3, "total_bytes": None},
+        f"{carrier}: disk_usage stopped at 3 entries: {got}",
+    )
     ctx.check(
         any(fs["mount"] == "/" and fs["size_bytes"] > fs["used_bytes"] > 0 for fs in disk["filesystems"]),
         f"{carrier}: no sane / in {disk['filesystems']}",
