@@ -52,19 +52,19 @@ PROGRAMS = {
     "sessions send": (sessions._SEND, "6b0c0411c9078e14458afa20a57630553f5e319d260da7ee8cf507f33e2afff8"),
     "system info": (
         system.INFO_SCRIPT,
-        "3a63d04f242bfda9db3bb0289bf4673f8e2229728c98c634c401c24ff80ba48f",
+        "24ed6fe0c557a4178a507f2a454fabcc783f513738dbeae265238298df933d4e",
     ),
     "system procs": (
         system.PROCS_SCRIPT,
-        "37e9dd18940431c21d2e6b84623ac71670774d107cd53885972ffa71b2ca9388",
+        "8b09d1770b2c59c8539c216d1802f36b4f5a757985783ee6796f3de0103d8fa6",
     ),
     "system ports": (
         system.PORTS_SCRIPT,
-        "f0d954c048103ecffb975c35c3aca979d8b93e8d114aee6fa1c13c7d72a7174b",
+        "71e618e1b5eb632e1c91b5ce9eb87d8bfefeab5c77a9bed14698bb4d8ae783dc",
     ),
     "system disk": (
         system.DISK_SCRIPT,
-        "b14e10d8ed479eb2d562d08a09cbbc9a80e144d1d925984eba05eb507618fbd4",
+        "d62170f55a5ea004e53c5f75f9c101423960d8dddaa07dc2aa66a00285192f6b",
     ),
     "system gpu": (
         system.GPU_SCRIPT,
