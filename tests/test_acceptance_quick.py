@@ -42,6 +42,7 @@ IMPLEMENTED = {
     "sessions",
     "root",
     "system",
+    "admin",
     "redaction",
 }
 QUICK_BUDGET_S = 600.0
