@@ -306,7 +306,8 @@ class RemoteOps:
             carrier.forget(spec.name)  # a target fixed since its fallback gets the agent again
         caps = await self._caps.get(spec.name, identity, probe, refresh=refresh)
         state = await carrier.settle(spec, identity)  # report where its commands go, not "still booting"
-        return caps.model_copy(update={"carrier": state.carrier, "agent_build": state.agent_build})
+        update = {"carrier": state.carrier, "carrier_reason": state.reason, "agent_build": state.agent_build}
+        return caps.model_copy(update=update)
 
     async def prepare(self, name: str) -> CarrierState:
         """Make a target ready for commands now (master, and the agent where its carrier uses one) instead

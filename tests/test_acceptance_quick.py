@@ -41,6 +41,8 @@ IMPLEMENTED = {
     "burn_in",
     "sessions",
     "root",
+    "system",
+    "admin",
     "redaction",
 }
 QUICK_BUDGET_S = 600.0

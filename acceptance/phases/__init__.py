@@ -27,6 +27,7 @@ MODULES = (
     "oauth",
     "sessions",
     "root",
+    "system",
     "redaction",
 )
 

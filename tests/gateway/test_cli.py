@@ -244,7 +244,7 @@ def test_the_readme_names_the_default_toolsets_of_the_code() -> None:
     readme = (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")
     where = readme[readme.index("**Where things run.**") :]
     named = where[where.index("`tools.toolsets`, default ") :].split(";")[0]
-    assert [t for t in ToolSettings().toolsets if f"`{t}`" not in named] == []
+    assert [t for t in ToolSettings().toolsets if t not in named] == []
 
 
 def test_config_check_piped_into_head_stops_without_a_traceback(tmp_path: Path) -> None:

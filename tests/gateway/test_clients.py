@@ -52,10 +52,7 @@ other scenario it lists a reason, pinned by its own guard test. Two refinements:
 from __future__ import annotations
 
 import json
-import os
 import re
-import shlex
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -75,7 +72,7 @@ from acceptance.harness.conformance_scenarios import (
     RUN_SCENARIOS,
 )
 from gateway._dispatch import error_payload
-from tests.fixtures.gateway_proc import GatewayProcess, run_gateway, write_config
+from tests.fixtures.gateway_proc import GatewayProcess, run_gateway
 from tests.fixtures.node_tools import (
     CONFORMANCE,
     CONFORMANCE_ALPHA,
@@ -474,55 +471,3 @@ async def test_the_python_sdk_client_reads_the_same_structured_error_over_http(
     assert error is not None
     assert error["code"] == "validation_error"
     assert error["details"]["errors"][0]["loc"] == ["command"]
-
-
-_README = (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")
-_NPX_INSPECTOR = "npx -y @modelcontextprotocol/inspector@2.12.0 "
-_README_CONFIG = "/home/me/.config/remoteops-gateway/gateway.toml"
-_README_TOKEN = "$(cat ~/.local/state/remoteops-gateway/token)"
-
-
-def _readme_inspector_commands() -> list[str]:
-    """The README's Inspector commands of the client section (one line each, in a ``sh`` block)."""
-    return [line for line in _README.splitlines() if line.startswith(_NPX_INSPECTOR + "--cli")]
-
-
-def _readme_argv(line: str, **replace: str) -> list[str]:
-    for old, new in replace.items():
-        line = line.replace(old, new)
-    return shlex.split(line.removeprefix(_NPX_INSPECTOR))
-
-
-def test_the_readmes_inspector_stdio_command_lists_the_tools_as_written(
-    inspector: InstalledTool, tmp_path: Path
-) -> None:
-    (stdio,) = [line for line in _readme_inspector_commands() if "--stdio" in line]
-    config = write_config(tmp_path / "gateway.toml", {"state_dir": str(tmp_path / "state")})
-    bin_dir = str(Path(sys.executable).parent)  # where ``remoteops-gateway`` is installed
-    run = inspector.run(
-        _readme_argv(stdio, **{_README_CONFIG: str(config)}),
-        timeout_s=CLIENT_TIMEOUT_S,
-        home=tmp_path,
-        extra_env={"PATH": os.pathsep.join([bin_dir, os.environ.get("PATH", os.defpath)])},
-    )
-    assert run.returncode == 0, run.describe()
-    payload = json.loads(run.stdout)  # the default format prints the result itself
-    names = {tool["name"] for tool in payload.get("result", payload)["tools"]}
-    assert "gateway_health" in names
-    assert (tmp_path / "state" / "gateway.lock").exists()  # it served with the README's config
-
-
-def test_the_readmes_inspector_http_command_lists_the_tools_as_written(
-    inspector: InstalledTool, authed_gateway: GatewayProcess, tmp_path: Path
-) -> None:
-    (http,) = [line for line in _readme_inspector_commands() if "--transport http" in line]
-    assert authed_gateway.token is not None
-    argv = _readme_argv(
-        http,
-        **{"http://127.0.0.1:8765/mcp": authed_gateway.url, _README_TOKEN: authed_gateway.token},
-    )
-    run = inspector.run(
-        [*argv[:-2], "--format", "json", *argv[-2:]], timeout_s=CLIENT_TIMEOUT_S, home=tmp_path
-    )
-    names = {tool["name"] for tool in _json_result(run, authed_gateway)["tools"]}
-    assert "gateway_health" in names
