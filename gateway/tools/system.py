@@ -9,7 +9,7 @@ and escalates through the root providers only after an observed EPERM, and only 
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import Field
 
@@ -34,6 +34,9 @@ __all__ = ["SPECS"]
 _tools = ToolGroup(READ)
 SPECS = _tools.specs
 
+PID_MAX = 4_194_304
+"""Linux's PID_MAX_LIMIT (2^22): no process id is larger."""
+
 
 class TargetIn(Input):
     target: TargetName
@@ -47,7 +50,7 @@ class ProcessListIn(Input):
     sort: ProcessSort = Field("cpu", description="cpu, memory (RSS), start (newest first) or pid.")
     users: list[str] | None = Field(None, max_length=256, description="User names or uids.")
     names: list[str] | None = Field(None, max_length=256, description="Command names (/proc/PID/comm).")
-    pids: list[int] | None = Field(None, max_length=256)
+    pids: list[Annotated[int, Field(ge=1, le=PID_MAX)]] | None = Field(None, max_length=256)
 
 
 class PortListIn(Input):
@@ -73,7 +76,7 @@ class DiskUsageIn(Input):
 
 class ProcessSignalIn(Input):
     target: TargetName
-    pid: int = Field(ge=1)
+    pid: int = Field(ge=1, le=PID_MAX, description="The process (Linux allows at most 2^22).")
     signal: SignalName = "TERM"
     start_time: float | None = Field(
         None, description="The start_time process_list gave: the process must still have it."

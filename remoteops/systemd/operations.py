@@ -57,6 +57,9 @@ _EXIT_CODES = {"1": "exited", "2": "killed", "3": "dumped"}
 _STATES = frozenset({"active", "inactive", "failed", "activating", "deactivating", "reloading"})
 _MAX_UNITS = 1000
 
+_NOT_BOOTED = "System has not been booted with systemd"
+"""systemctl's fixed message on a machine whose PID 1 is not systemd (a container, another init)."""
+
 
 def parse_show(text: str) -> list[dict[str, str]]:
     """``systemctl show`` output: one ``key=value`` block per unit, blocks separated by a blank line."""
@@ -132,6 +135,14 @@ class RemoteSystemd:
         )  # fmt: skip
         if result.exit_code == 127:
             raise SystemdMissing("systemctl is not installed", target=target, unit=unit, tool="systemctl")
+        if result.exit_code != 0 and _NOT_BOOTED in result.stderr:
+            raise SystemdMissing(
+                "systemd is not the target's init system (systemctl: 'System has not been booted with "
+                "systemd as init system')",
+                target=target,
+                unit=unit,
+                tool="systemctl",
+            )
         return result, report
 
     async def status(
