@@ -41,6 +41,7 @@ IMPLEMENTED = {
     "burn_in",
     "sessions",
     "root",
+    "audit",
     "redaction",
 }
 QUICK_BUDGET_S = 600.0
