@@ -397,25 +397,38 @@ def test_output_scrubbing_masks_and_counts_planted_keys_and_is_off_by_default() 
     assert Settings().redaction.output == "off"  # off: results are not touched at all (_run_own)
     facts: dict[str, Any] = {}
     exec_out = {"exit_code": 0, "stdout": f"{PEM}\nkey={CLOUD}\n", "stderr": ""}
-    text, out = scrub_output(Redactor(), f"exit 0\n{PEM}\n{CLOUD}", exec_out, facts)
+    text, out, note = scrub_output(Redactor(), f"exit 0\n{PEM}\n{CLOUD}", exec_out, facts)
     assert PEM not in out["stdout"]
     assert CLOUD not in out["stdout"]
     assert PEM not in text
     assert CLOUD not in text
-    assert out["redacted"]["count"] == 2
-    assert set(out["redacted"]["kinds"]) == {"private_key", "aws_access_key_id"}
-    assert facts["redacted"] == out["redacted"]  # in the audit record too
+    assert note is not None
+    assert note["count"] == 2
+    assert set(note["kinds"]) == {"private_key", "aws_access_key_id"}
+    assert set(out) == set(exec_out)  # the structured content keeps the tool's schema (no extra member)
+    assert "output scrubbing masked 2 secret(s)" in text  # the text says so
+    assert facts["redacted"] == note  # in the audit record too
     read_out = {
         "path": "/etc/app/.env",
         "content": "AWS_SECRET_ACCESS_KEY=wJalrXUtnFEMI/K7MDENG\n",
         "encoding": "utf-8",
     }
-    _, masked = scrub_output(Redactor(), "", read_out, {})
+    _, masked, _ = scrub_output(Redactor(), "", read_out, {})
     assert "wJalrXUtnFEMI/K7MDENG" not in masked["content"]
     b64 = {"path": "/k", "content": "LS0tLS1CRUdJTiBSU0EgUFJJVkFURSBLRVktLS0tLQ==", "encoding": "base64"}
-    _, unchanged = scrub_output(Redactor(), "", b64, {})
-    assert unchanged["content"] == b64["content"]
-    assert unchanged["redacted"]["count"] == 0
-    assert "skipped" in unchanged["redacted"]
+    _, unchanged, skipped = scrub_output(Redactor(), "", b64, {})
+    assert unchanged == b64
+    assert skipped is not None
+    assert skipped["count"] == 0
+    assert "skipped" in skipped
     clean = {"stdout": "hello\n"}
-    assert scrub_output(Redactor(), "hello", clean, {}) == ("hello", clean)  # nothing found: as it was
+    assert scrub_output(Redactor(), "hello", clean, {}) == ("hello", clean, None)  # nothing found: as it was
+
+
+def test_a_secret_used_as_an_argument_name_is_masked_in_the_audit_record() -> None:
+    secret = "0123456789abcdef" * 4
+    r = Redactor([secret])
+    record = r.audit_arguments({"target": "t1", secret: 1, "nested": {f"x-{secret}": "v"}})
+    assert secret not in json.dumps(record)
+    assert record["target"] == "t1"
+    assert secret not in json.dumps(r.any({secret: {"AKIAIOSFODNN7EXAMPLE": 1}}))
