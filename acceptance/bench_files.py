@@ -138,7 +138,7 @@ async def _measure(
     with run_gateway(gw_dir, config) as gw:
         http = httpx2.AsyncClient(headers=gw.headers(), timeout=httpx2.Timeout(_CALL_S))
         # A 1 MiB read answers with the content twice (text and structuredContent, as the spec asks): over the
-        # Python SDK's default 1 MiB SSE event limit, so this client lifts it (see the README on output caps).
+        # Python SDK's default 1 MiB SSE event limit, so this client lifts it (docs/tools.md: output caps).
         transport = streamable_http_client(gw.url, http_client=http, max_sse_event_size=None)
         async with http, Client(transport, mode="legacy") as client:
 

@@ -92,9 +92,33 @@ class Catalog:
     toolsets: frozenset[Toolset]
     unavailable: dict[str, str] = field(default_factory=dict)
     """Filtered-out tools the operator enabled but the configuration cannot serve: name -> reason."""
+    declared: dict[str, AnySpec] = field(default_factory=dict)
+    """Every own tool, enabled or not (to say why a disabled one is not served)."""
+    excluded: frozenset[str] = frozenset()
+    """Names in ``tools.exclude``."""
 
     def get(self, name: str) -> AnySpec | None:
         return self.enabled.get(name)
+
+    def why_disabled(self, name: str) -> tuple[str, dict[str, str]] | None:
+        """For an own tool that is not served: a sentence saying how to enable it, and its details."""
+        spec = self.declared.get(name)
+        if spec is None or name in self.enabled:
+            return None
+        toolset = spec.toolset.value
+        if name in self.unavailable:
+            reason = self.unavailable[name]
+            return f"tool {name!r} is not available: {reason}", {"toolset": toolset, "reason": reason}
+        if name in self.excluded:
+            return (
+                f"tool {name!r} is disabled by tools.exclude in the gateway's configuration",
+                {"toolset": toolset, "config_key": "tools.exclude"},
+            )
+        return (
+            f"tool {name!r} belongs to the {toolset!r} toolset, which is not enabled: the operator adds "
+            f"{toolset!r} to tools.toolsets (or the tool to tools.include) in the gateway's configuration",
+            {"toolset": toolset, "config_key": "tools.toolsets"},
+        )
 
     def tools(self) -> list[types.Tool]:
         return [spec.to_mcp() for spec in self.enabled.values()]
@@ -154,5 +178,10 @@ def build_catalog(
         else:
             filtered.append(name)
     return Catalog(
-        enabled=enabled, filtered_out=tuple(sorted(filtered)), toolsets=chosen, unavailable=unavailable
+        enabled=enabled,
+        filtered_out=tuple(sorted(filtered)),
+        toolsets=chosen,
+        unavailable=unavailable,
+        declared=by_name,
+        excluded=frozenset(exclude_set),
     )

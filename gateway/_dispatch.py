@@ -253,12 +253,13 @@ async def dispatch_call(
     arguments: dict[str, Any] = dict(params.arguments or {})
     own = rt.catalog.get(name)
     relayed = None if own is not None else await rt.relay.resolve(name)
-    unreachable = rt.relay.never_listed() if own is None and relayed is None else []
-    if own is None and relayed is None and not unreachable:
+    disabled = rt.catalog.why_disabled(name) if own is None and relayed is None else None
+    unreachable = rt.relay.never_listed() if own is None and relayed is None and disabled is None else []
+    if own is None and relayed is None and disabled is None and not unreachable:
         # Unknown and filtered tools look the same: neither listed nor callable.
         raise MCPError(types.INVALID_PARAMS, f"Unknown tool: {name}")
     request_id = uuid.uuid4().hex[:16]
-    toolset = own.toolset.value if own is not None else "upstream"
+    toolset = own.toolset.value if own is not None else disabled[1]["toolset"] if disabled else "upstream"
     target = arguments.get("target") if isinstance(arguments.get("target"), str) else None
     started = time.perf_counter()
     outcome, code, incident = "cancelled", None, None
@@ -266,6 +267,8 @@ async def dispatch_call(
     log_context = structlog.contextvars.bind_contextvars(principal=principal.label, request_id=request_id)
     facts: dict[str, Any] = {}
     try:
+        if disabled is not None:  # an own tool the configuration leaves out: say how to enable it
+            raise ToolFailure(ErrorCode.POLICY_DENIED, disabled[0], details={"tool": name, **disabled[1]})
         policy.check_call(principal, tool=name, toolset=toolset, target=target if own is not None else None)
         cap = rt.settings.server.max_argument_bytes
         too_big = oversized_argument(arguments, cap)

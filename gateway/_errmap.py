@@ -229,6 +229,10 @@ def _remote(exc: RemoteOpsError) -> ToolFailure:
         "account",
         "entry",
         "expires_s",
+        "retry_after",
+        "root_agent",
+        "remedy",
+        "configured",
     )
     for field in fields:
         if hasattr(exc, field):
@@ -242,6 +246,9 @@ def _remote(exc: RemoteOpsError) -> ToolFailure:
         "it may or may not have run and was not re-run",
         ErrorCode.TIMEOUT: "the time limit was reached without a clean end of the remote command",
     }.get(code, exc.detail or type(exc).__name__)
+    if isinstance(exc, SessionNotFound):  # the way out, in the agent's terms
+        message += f"; session_ensure(target, name={exc.session!r}) starts it (or adopts a running one)"
+        details["use"] = "session_ensure"
     return ToolFailure(code, message, retryable=exc.retryable, details=details)
 
 

@@ -16,7 +16,7 @@ the two in step).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from enum import StrEnum
 from typing import Any
 
@@ -98,12 +98,24 @@ class ConfigError(GatewayError):
     def __init__(self, message: str, *, source: str | None = None, key: str | None = None) -> None:
         self.source = source
         self.key = key
+        self.problems: tuple[ConfigError, ...] = (self,)
+        """Every problem found (``config check`` shows each); the message joins them."""
         where = ""
         if key:
             where += f" key {key!r}"
         if source:
             where += f" in {source}"
         super().__init__(f"{message}{' (' + where.strip() + ')' if where else ''}")
+
+    @classmethod
+    def of(cls, problems: Sequence[ConfigError]) -> ConfigError:
+        """One error carrying all ``problems`` (one line: ``first; second; …``)."""
+        if len(problems) == 1:
+            return problems[0]
+        joined = cls("; ".join(str(p) for p in problems))
+        joined.source, joined.key = problems[0].source, problems[0].key
+        joined.problems = tuple(problems)
+        return joined
 
 
 class StartupError(GatewayError):

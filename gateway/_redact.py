@@ -238,6 +238,11 @@ class Redactor:
         whose meaning the gateway does not know (the ``keys`` of a terminal's ``send_keys``)."""
         return {str(k): v if v is None or isinstance(v, bool) else digest(v) for k, v in arguments.items()}
 
+    @staticmethod
+    def sensitive_key(key: str) -> bool:
+        """Whether values under ``key`` are digested as secrets (paths excepted)."""
+        return bool(_SENSITIVE_KEY.search(key)) and not _PATH_KEY.search(key)
+
     def arguments(self, value: Any, *, key: str | None = None, in_env: bool = False) -> Any:
         """Redact tool arguments: digest sensitive keys and env values, pattern-scrub the rest."""
         if in_env and key is not None:

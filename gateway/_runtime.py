@@ -16,7 +16,7 @@ from datetime import UTC, datetime
 from types import TracebackType
 from typing import TYPE_CHECKING, Self
 
-from gateway._catalog import AnySpec, Catalog, build_catalog
+from gateway._catalog import AnySpec, Catalog, Toolset, build_catalog
 from gateway._redact import Redactor
 from gateway._version import __version__
 from gateway.audit.log import AuditLog
@@ -145,6 +145,12 @@ class Runtime:
             f"remoteops-gateway {self.identity.version}: OpenSSH remote operations, relayed terminal tools.",
             f"Enabled toolsets: {', '.join(enabled)}.",
         ]
+        off = sorted(t.value for t in Toolset if t not in self.catalog.toolsets)
+        if off and toolsets is None:
+            lines.append(
+                f"Toolsets not enabled (their tools are neither listed nor run; the operator enables them "
+                f"in tools.toolsets): {', '.join(off)}."
+            )
         names = [t.name for t in self.settings.targets if targets is None or t.name in targets]
         if names:
             lines.append(f"Targets you may use (the only ones allowed): {', '.join(names)}.")

@@ -17,11 +17,13 @@ import argparse
 import contextlib
 import json
 import os
+import re
 import shutil
 import sys
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from pathlib import Path
+from typing import Any
 
 import anyio
 
@@ -30,6 +32,7 @@ from gateway._demo import demo_settings
 from gateway._errors import ConfigError, GatewayError
 from gateway._logging import configure_logging
 from gateway._redact import Redactor
+from gateway._statelock import DirectoryBusy, DirectoryLock
 from gateway._version import __version__
 from gateway.config import Settings, load_settings
 from gateway.serving.http import ensure_token
@@ -46,11 +49,15 @@ examples:
   remoteops-gateway config check --config gateway.toml    validate; print the effective settings
   remoteops-gateway tools --markdown                      the own-tool catalog
 
---config may also come from $REMOTEOPS_GATEWAY_CONFIG; any key can be overridden with
+--config may also come from $REMOTEOPS_GATEWAY_CONFIG, else ~/.config/remoteops-gateway/gateway.toml is
+read when it exists ($XDG_CONFIG_HOME); any key can be overridden with
 REMOTEOPS_GATEWAY__SECTION__KEY=value (e.g. REMOTEOPS_GATEWAY__SERVER__PORT=9000).
 """
 
-_CONFIG_HELP = "TOML configuration file (default: $REMOTEOPS_GATEWAY_CONFIG, else built-in defaults)"
+_CONFIG_HELP = (
+    "TOML configuration file (default: $REMOTEOPS_GATEWAY_CONFIG, else "
+    "~/.config/remoteops-gateway/gateway.toml if it exists, else built-in defaults)"
+)
 
 
 def _add_config(parser: argparse.ArgumentParser, *, top: bool = False) -> None:
@@ -206,11 +213,84 @@ def config_warnings(settings: Settings) -> list[str]:
     return warnings
 
 
-def _config_check(settings: Settings) -> int:
-    specs = all_specs()
-    catalog = build_catalog(specs, **settings.tools.model_dump())  # toolset and tool names validated too
+def preflight(settings: Settings) -> list[ConfigError]:
+    """What ``serve`` refuses to start with beyond the model's own validation; ``config check`` runs the
+    same checks (and creates nothing)."""
+    problems: list[ConfigError] = []
+    state = settings.state_dir
+    if state.exists() and not state.is_dir():
+        problems.append(
+            ConfigError(f"state directory {state} exists and is not a directory", key="state_dir")
+        )
+    for index, root in enumerate(settings.transfers.local_roots):
+        if not root.expanduser().is_dir():
+            problems.append(
+                ConfigError(
+                    f"local root {root} does not exist or is not a directory",
+                    key=f"transfers.local_roots.{index}",
+                )
+            )
+    if settings.token_path.is_dir():
+        problems.append(
+            ConfigError(f"token file {settings.token_path} is a directory", key="auth.token_file")
+        )
+    if settings.audit.key_file is not None and not settings.audit.key_file.is_file():
+        problems.append(
+            ConfigError(f"audit key file {settings.audit.key_file} does not exist", key="audit.key_file")
+        )
+    try:
+        build_catalog(all_specs(), **settings.tools.model_dump(), settings=settings)
+    except ConfigError as exc:
+        problems.append(exc)
+    return problems
+
+
+_PLAIN_ENV = re.compile(
+    r"(^|_)(SOCKET|DIR|PATH|FILE|HOME|LANG|TERM|TZ|SHELL|USER|LOGNAME)$|^LC_", re.IGNORECASE
+)
+"""Upstream environment variables whose values are settings, not credentials (``LIBTMUX_SOCKET``)."""
+
+
+def _is_plain_env(name: str) -> bool:
+    return bool(_PLAIN_ENV.search(name)) and not Redactor.sensitive_key(name)
+
+
+def _empty(value: Any) -> bool:
+    return isinstance(value, (str, list, dict)) and len(value) == 0
+
+
+def _show_plain(view: Any, raw: Any) -> Any:
+    """``config check``'s view: what the redactor digested but is no secret comes back as it is —
+    empty values (an unset ``askpass_command``) reveal nothing."""
+    if _empty(raw):
+        return raw
+    if isinstance(raw, dict) and isinstance(view, dict):
+        return {k: _show_plain(view[k], raw[k]) if k in raw else v for k, v in view.items()}
+    if isinstance(raw, list) and isinstance(view, list) and len(raw) == len(view):
+        return [_show_plain(v, r) for v, r in zip(view, raw, strict=True)]
+    return view
+
+
+def config_view(settings: Settings) -> dict[str, Any]:
+    """The effective configuration as ``config check`` prints it: secrets digested, settings shown."""
     redactor = Redactor(upstream_secrets(settings))
-    print(json.dumps(redactor.arguments(settings.model_dump(mode="json")), indent=2))
+    raw = settings.model_dump(mode="json")
+    view: dict[str, Any] = _show_plain(redactor.arguments(raw), raw)
+    for index, entry in enumerate(settings.upstreams):
+        shown = view["upstreams"][index]["connection"]["env"]
+        for name, value in entry.connection.env.items():
+            if _is_plain_env(name):
+                shown[name] = value
+    return view
+
+
+def _config_check(settings: Settings) -> int:
+    problems = preflight(settings)
+    if problems:
+        raise ConfigError.of(problems)
+    specs = all_specs()
+    catalog = build_catalog(specs, **settings.tools.model_dump(), settings=settings)
+    print(json.dumps(config_view(settings), indent=2))
     warnings = config_warnings(settings)
     for line in warnings:
         print(f"warning: {line}", file=sys.stderr)
@@ -270,6 +350,63 @@ def _prepare_state_dir(settings: Settings) -> None:
         ) from None
 
 
+_STATE_HINT = (
+    'give this gateway a state directory of its own: state_dir = "DIR" in the configuration, '
+    "or REMOTEOPS_GATEWAY__STATE_DIR=DIR"
+)
+_DEMO_SLOTS = 16
+
+
+class _Locks(DirectoryLock):
+    """The state directory's lock plus the audit file's, released together."""
+
+    def __init__(self, state: DirectoryLock, audit: DirectoryLock) -> None:
+        super().__init__(state.directory, what="state directory", hint=_STATE_HINT)
+        self._held = (state, audit)
+
+    def release(self) -> None:
+        for lock in reversed(self._held):
+            lock.release()
+
+
+def _state_lock(settings: Settings) -> DirectoryLock:
+    """The state directory, prepared and locked for this process (or StartupError naming the owner)."""
+    _prepare_state_dir(settings)
+    lock = DirectoryLock(settings.state_dir, what="state directory", hint=_STATE_HINT)
+    lock.acquire()
+    audit = settings.audit_path
+    if audit.parent.resolve() == settings.state_dir.resolve():
+        return lock
+    # an audit file elsewhere is one process's too: never two processes' records in one chain
+    audit_lock = DirectoryLock(
+        audit,
+        what="audit file",
+        hint="give this gateway its own audit.path",
+        lock_file=audit.with_name(f"{audit.name}.lock"),
+    )
+    try:
+        audit_lock.acquire()
+    except BaseException:
+        lock.release()
+        raise
+    return _Locks(lock, audit_lock)
+
+
+def _demo_state(settings: Settings) -> tuple[Settings, DirectoryLock]:
+    """A demo without a configured ``state_dir`` takes the first free ``<default>/demo-N``, so that
+    ``demo`` and ``demo --stdio`` (or two of either) run side by side; a configured one is locked as is."""
+    if "state_dir" in settings.model_fields_set:
+        return settings, _state_lock(settings)
+    for slot in range(1, _DEMO_SLOTS + 1):
+        candidate = settings.model_copy(update={"state_dir": settings.state_dir / f"demo-{slot}"})
+        try:
+            return candidate, _state_lock(candidate)
+        except DirectoryBusy:
+            if slot == _DEMO_SLOTS:
+                raise
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
 def _with_overrides(settings: Settings, host: str | None, port: int | None) -> Settings:
     server = settings.server.model_copy(
         update={k: v for k, v in {"host": host, "port": port}.items() if v is not None}
@@ -307,9 +444,24 @@ def _serve(
     ready_file: Path | None,
     show_token: bool = False,
     prepare: Prepare = _as_is,
+    state_lock: DirectoryLock | None = None,
 ) -> None:
-    """Serve; ``prepare`` may start something first (the demo target) and adjust the settings."""
-    _prepare_state_dir(settings)
+    """Serve; ``prepare`` may start something first (the demo target) and adjust the settings.
+
+    The state directory is this process's alone while it serves (``state_lock``, else locked here)."""
+    problems = preflight(settings)
+    if problems:
+        raise ConfigError.of(problems)
+    lock = state_lock or _state_lock(settings)
+    try:
+        _serve_locked(settings, stdio=stdio, ready_file=ready_file, show_token=show_token, prepare=prepare)
+    finally:
+        lock.release()
+
+
+def _serve_locked(
+    settings: Settings, *, stdio: bool, ready_file: Path | None, show_token: bool, prepare: Prepare
+) -> None:
     redactor = Redactor()
     token: str | None = None
     if not stdio and settings.auth.mode == "bearer":
@@ -360,7 +512,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return _run(args)
     except ConfigError as exc:
-        print(f"remoteops-gateway: configuration error: {exc}", file=sys.stderr)
+        if args.command == "config":  # config check shows every problem, one per line
+            for problem in exc.problems:
+                print(f"remoteops-gateway: configuration error: {problem}", file=sys.stderr)
+        else:  # a start-up failure stays one line
+            print(f"remoteops-gateway: configuration error: {exc}", file=sys.stderr)
         return 2
     except GatewayError as exc:
         print(f"remoteops-gateway: {exc}", file=sys.stderr)
@@ -381,7 +537,7 @@ def _run(args: argparse.Namespace) -> int:
                 print(f"{s.name:28} {s.toolset.value:9} {s.title}")
         sys.stdout.flush()  # a closed pipe surfaces here, inside main's handler
         return 0
-    settings = load_settings(args.config)
+    settings = load_settings(args.config, search=True)
     if args.command == "config":
         code = _config_check(settings)
         sys.stdout.flush()
@@ -395,18 +551,30 @@ def _run(args: argparse.Namespace) -> int:
         _serve(settings, stdio=args.stdio, ready_file=args.ready_file)
         return 0
     if args.command == "demo":
-        settings = _with_overrides(settings, None, args.port)
+        settings, state_lock = _demo_state(settings)  # before the overrides: they mark every field set
+        with contextlib.ExitStack() as held:
+            held.callback(state_lock.release)
+            if args.workdir is not None and args.workdir.resolve() != settings.state_dir.resolve():
+                # the target's keys and ssh_config: one demo at a time there too
+                args.workdir.mkdir(parents=True, exist_ok=True, mode=0o700)
+                held.enter_context(
+                    DirectoryLock(
+                        args.workdir, what="demo directory", hint="give each demo its own --workdir DIR"
+                    )
+                )
+            settings = _with_overrides(settings, None, args.port)
 
-        def prepare(s: Settings) -> AbstractAsyncContextManager[Settings]:
-            return demo_settings(s, args.workdir)
+            def prepare(s: Settings) -> AbstractAsyncContextManager[Settings]:
+                return demo_settings(s, args.workdir)
 
-        _serve(
-            settings,
-            stdio=args.stdio,
-            ready_file=args.ready_file,
-            show_token=not args.stdio,
-            prepare=prepare,
-        )
+            _serve(
+                settings,
+                stdio=args.stdio,
+                ready_file=args.ready_file,
+                show_token=not args.stdio,
+                prepare=prepare,
+                state_lock=state_lock,
+            )
         return 0
     return 2
 

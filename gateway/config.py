@@ -1,6 +1,7 @@
 """Configuration: one frozen settings model, read in exactly one place.
 
-Sources, later wins: built-in defaults → TOML file (``--config PATH`` or ``$REMOTEOPS_GATEWAY_CONFIG``) →
+Sources, later wins: built-in defaults → TOML file (``--config PATH``, ``$REMOTEOPS_GATEWAY_CONFIG``, or
+``~/.config/remoteops-gateway/gateway.toml`` when it exists) →
 environment overrides ``REMOTEOPS_GATEWAY__SECTION__KEY=value`` (value parsed as JSON when it parses,
 else taken as a string). Unknown keys are errors that name the key and the file or variable.
 """
@@ -46,6 +47,7 @@ __all__ = [
     "ToolSettings",
     "TrustedProxySettings",
     "UpstreamEntry",
+    "default_config_path",
     "default_state_dir",
     "load_settings",
 ]
@@ -454,11 +456,25 @@ def _source_of(loc: tuple[str | int, ...], env_origin: Mapping[str, str], file: 
     return file or "defaults"
 
 
-def load_settings(path: Path | None = None, environ: Mapping[str, str] | None = None) -> Settings:
-    """The one place configuration is read. Raises ConfigError naming the key and its source."""
+def default_config_path(environ: Mapping[str, str] | None = None) -> Path:
+    """``$XDG_CONFIG_HOME/remoteops-gateway/gateway.toml``; ``$XDG_CONFIG_HOME`` defaults to ``~/.config``."""
+    env = os.environ if environ is None else environ
+    base = env.get("XDG_CONFIG_HOME") or str(Path(env.get("HOME") or Path.home()) / ".config")
+    return Path(base) / "remoteops-gateway" / "gateway.toml"
+
+
+def load_settings(
+    path: Path | None = None, environ: Mapping[str, str] | None = None, *, search: bool = False
+) -> Settings:
+    """The one place configuration is read. Raises ConfigError naming the key and its source.
+
+    The file: ``path``, else ``$REMOTEOPS_GATEWAY_CONFIG``, else (``search``: the command line) the
+    :func:`default_config_path` when it exists, else none (built-in defaults)."""
     env = os.environ if environ is None else environ
     if path is None and env.get(CONFIG_ENV):
         path = Path(env[CONFIG_ENV])
+    if path is None and search and default_config_path(env).is_file():
+        path = default_config_path(env)
     data: dict[str, Any] = {}
     file_label: str | None = None
     if path is not None:
@@ -467,6 +483,14 @@ def load_settings(path: Path | None = None, environ: Mapping[str, str] | None = 
             data = tomllib.loads(path.read_text(encoding="utf-8"))
         except FileNotFoundError:
             raise ConfigError("configuration file not found", source=file_label) from None
+        except IsADirectoryError:
+            raise ConfigError("is a directory, not a configuration file", source=file_label) from None
+        except UnicodeDecodeError as exc:
+            raise ConfigError(
+                f"not UTF-8 text (byte {exc.start}): TOML files are UTF-8", source=file_label
+            ) from None
+        except OSError as exc:
+            raise ConfigError(f"cannot read: {exc.strerror or exc}", source=file_label) from None
         except tomllib.TOMLDecodeError as exc:
             raise ConfigError(f"invalid TOML: {exc}", source=file_label) from None
     overrides, env_origin = _env_overrides(env)
@@ -474,8 +498,10 @@ def load_settings(path: Path | None = None, environ: Mapping[str, str] | None = 
     try:
         return Settings.model_validate(data)
     except ValidationError as exc:
-        first = exc.errors()[0]
-        loc = tuple(first["loc"])
-        dotted = ".".join(str(p) for p in loc)
-        kind = "unknown key" if first["type"] == "extra_forbidden" else first["msg"]
-        raise ConfigError(kind, source=_source_of(loc, env_origin, file_label), key=dotted) from None
+        problems = []
+        for error in exc.errors():
+            loc = tuple(error["loc"])
+            dotted = ".".join(str(p) for p in loc)
+            kind = "unknown key" if error["type"] == "extra_forbidden" else error["msg"]
+            problems.append(ConfigError(kind, source=_source_of(loc, env_origin, file_label), key=dotted))
+        raise ConfigError.of(problems) from None

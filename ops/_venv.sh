@@ -5,7 +5,8 @@ ensure_venv() {
   "$py" -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else 1)' \
     || { echo "remoteops-gateway needs Python >= 3.11 ($py is $("$py" -V 2>&1))" >&2; return 2; }
   export PIP_CACHE_DIR="$PWD/.cache/pip" PIP_DISABLE_PIP_VERSION_CHECK=1
-  local stamp=".venv/.installed-$(printf '%s' "$spec" | tr -c 'a-z' '_')-$(sha256sum pyproject.toml | cut -c1-16)"
+  # the stamp changes with the dependencies and their pinned versions (ops/constraints.txt)
+  local stamp=".venv/.installed-$(printf '%s' "$spec" | tr -c 'a-z' '_')-$(cat pyproject.toml ops/constraints.txt | sha256sum | cut -c1-16)"
   if [ ! -x .venv/bin/python ]; then
     if ! "$py" -m venv .venv >/dev/null 2>&1; then
       rm -rf .venv
@@ -22,7 +23,7 @@ ensure_venv() {
   if [ ! -f "$stamp" ]; then
     echo "installing $spec into .venv (once)..." >&2
     .venv/bin/python -m pip install -q --upgrade pip
-    .venv/bin/python -m pip install -q -e "$spec"
+    .venv/bin/python -m pip install -q -c ops/constraints.txt -e "$spec"
     touch "$stamp"
   fi
 }

@@ -43,6 +43,7 @@ for f in remoteops/*/sh/*.sh; do
   # -x follows each program's `. ./fragment.sh` include (sources are relative to the program's directory)
   (cd "$(dirname "$f")" && shellcheck -s sh -x "$(basename "$f")")
 done
+./ops/checks.sh  # the docs site (mkdocs --strict), the license inventory, pip-audit of ops/constraints.txt
 workers="${ROG_TEST_WORKERS:-4}"
 if [ "$workers" = 1 ]; then
   echo "ops/test.sh: pytest (serial)" >&2

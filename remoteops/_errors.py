@@ -104,11 +104,20 @@ class InvalidRequest(RemoteOpsError, ValueError):
 
 
 class PolicyDenied(RemoteOpsError):
+    """``configured``: for ``reason = "not_configured"``, the targets that are (the allow-list)."""
+
     def __init__(
-        self, detail: str = "", *, target: str | None = None, reason: str = "not_configured"
+        self,
+        detail: str = "",
+        *,
+        target: str | None = None,
+        reason: str = "not_configured",
+        configured: tuple[str, ...] | None = None,
     ) -> None:
         super().__init__(detail, target=target)
         self.reason = reason
+        if configured is not None:
+            self.configured = configured
 
 
 class UnknownTarget(RemoteOpsError):
@@ -144,7 +153,13 @@ class HostKeyError(TransportError):
 
 
 class AuthError(TransportError):
-    pass
+    """``remedy``: what to do about it (also the last line of ``detail``)."""
+
+    def __init__(
+        self, detail: str = "", *, target: str | None = None, stage: str = "exec", remedy: str = ""
+    ) -> None:
+        super().__init__("\n".join(part for part in (detail, remedy) if part), target=target, stage=stage)
+        self.remedy = remedy
 
 
 class ConnectError(TransportError):

@@ -84,6 +84,9 @@ class Capabilities(BaseModel):
     rsync_version: str | None = None  # the target's ``rsync --version`` (``3.2.7``), when rsync is there
     probed_at: float  # epoch seconds
     carrier: Literal["agent", "ssh"] | None = None  # how commands reach the target now (see CarrierState)
+    # why the target's commands go over ssh: CarrierState.reason, the same text gateway_health reports (the
+    # agent's fallback reason: no usable python3, refused, ...; or ``carrier = ssh``); None: no fallback
+    carrier_reason: str | None = None
     agent_build: str | None = None  # the build id of the target's live agent (see CarrierState)
 
     @property

@@ -42,6 +42,9 @@ from remoteops.systemd.operations import RemoteSystemd
 
 __all__ = ["RemoteOps"]
 
+_MAX_NAMED_TARGETS = 50
+"""At most this many configured target names in a ``not_configured`` error."""
+
 _DIAG_LIMIT_S = 20.0
 
 
@@ -116,7 +119,14 @@ class RemoteOps:
         """The configured target, or PolicyDenied (the allow-list is the configured targets)."""
         target = self._targets.get(name)
         if target is None:
-            raise PolicyDenied(f"target {name!r} is not configured", target=name, reason="not_configured")
+            configured = tuple(sorted(self._targets))[:_MAX_NAMED_TARGETS]
+            listed = f"configured targets: {', '.join(configured)}" if configured else "none is configured"
+            raise PolicyDenied(
+                f"target {name!r} is not configured; {listed}",
+                target=name,
+                reason="not_configured",
+                configured=configured,
+            )
         return target
 
     async def identity(self, name: str) -> TargetIdentity:
@@ -296,7 +306,8 @@ class RemoteOps:
             carrier.forget(spec.name)  # a target fixed since its fallback gets the agent again
         caps = await self._caps.get(spec.name, identity, probe, refresh=refresh)
         state = await carrier.settle(spec, identity)  # report where its commands go, not "still booting"
-        return caps.model_copy(update={"carrier": state.carrier, "agent_build": state.agent_build})
+        update = {"carrier": state.carrier, "carrier_reason": state.reason, "agent_build": state.agent_build}
+        return caps.model_copy(update=update)
 
     async def prepare(self, name: str) -> CarrierState:
         """Make a target ready for commands now (master, and the agent where its carrier uses one) instead

@@ -41,6 +41,8 @@ IMPLEMENTED = {
     "burn_in",
     "sessions",
     "root",
+    "system",
+    "admin",
     "audit",
     "redaction",
 }

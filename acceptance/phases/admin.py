@@ -1,19 +1,23 @@
-"""``admin``: ``admin_transaction`` on a real systemd target (tests/remoteops/systemd_helpers.py: systemd 252
-in its own namespaces, an sshd inside reached through nsenter + nc, the plain login user ``plain`` with a
-NOPASSWD sudo rule). A broken config written for ``rog-web.service`` and restarted fails its health gates and
-is rolled back byte-identically (SHA-256) with the unit active again; a good one passes and is kept; a
-concurrent change made meanwhile is reported as a conflict and left in place."""
+"""``admin``: ``admin_transaction`` on a real systemd target (acceptance/harness/systemd_helpers.py: systemd
+252 in its own namespaces, an sshd inside reached through nsenter + nc, the plain login user ``plain`` with
+a NOPASSWD sudo rule). A broken config written for ``rog-web.service`` and restarted fails its health gates
+and is rolled back byte-identically (SHA-256) with the unit active again; a good one passes and is kept; a
+concurrent change made meanwhile is reported as a conflict and left in place; a root-owned file is replaced
+through the root provider (``privilege: auto`` after the agent's refusal) and, with a failing gate,
+restored byte-identically with its owner and mode."""
 
 from __future__ import annotations
 
 import hashlib
+import os
+import stat
 import time
 from typing import Any
 
 from acceptance._registry import PhaseContext, phase
-from remoteops import TransactionRequest
-from tests.fixtures.systemd_target import host_sysctls
-from tests.remoteops.systemd_helpers import SystemdHost, booted, unavailable_reason
+from acceptance.harness.systemd_helpers import SystemdHost, booted, unavailable_reason
+from acceptance.harness.systemd_target import host_sysctls
+from remoteops import RemoteOps, TransactionRequest
 
 __all__ = ["admin_transaction"]
 
@@ -62,6 +66,44 @@ async def _scenario(host: SystemdHost, ctx: PhaseContext) -> None:
         ctx.check(raced.conflict, f"a concurrent change is a conflict: {raced.outcome}")
         ctx.check(conf.read_bytes() == b"ok meddled\n", "the concurrent change was left in place")
         ctx.figures["conflict_outcome"] = raced.outcome
+        await _root_file(host, ctx, ops)
+
+
+async def _root_file(host: SystemdHost, ctx: PhaseContext, ops: RemoteOps) -> None:
+    path = host.target.root / "etc/rog-admin-root.conf"
+    path.write_bytes(b"ok root v1\n")
+    os.chown(path, 0, 0)
+    path.chmod(0o640)
+    original = hashlib.sha256(path.read_bytes()).hexdigest()
+    conf = "/etc/rog-admin-root.conf"
+    gate = {"kind": "command", "argv": ["sudo", "-n", "grep", "-q", "^ok", conf]}
+
+    def tx(content: str) -> TransactionRequest:
+        return TransactionRequest.model_validate(
+            {"target": "sd", "change": {"kind": "file", "path": str(conf), "content": content},
+             "gates": [gate], "settle_s": 0}
+        )  # fmt: skip
+
+    try:
+        broken = await ops.systemd.transaction(tx("broken\n"), escalate=True)
+        ctx.figures["root_file_rollback_steps"] = [f"{s.name}:{s.status}" for s in broken.steps]
+        st = path.stat()
+        ctx.check(broken.outcome == "rolled_back", f"root-owned file, broken: {broken.outcome}")
+        ctx.check(
+            hashlib.sha256(path.read_bytes()).hexdigest() == original
+            and (st.st_uid, stat.S_IMODE(st.st_mode)) == (0, 0o640),
+            "the root-owned file is byte-identical, root's and 0640 after the rollback",
+        )
+        good = await ops.systemd.transaction(tx("ok root v2\n"), escalate=True)
+        write = next((s for s in good.steps if s.name == "write"), None)
+        ran_as = write.data.get("privilege", {}).get("ran_as") if write else None
+        ctx.figures["root_file_write_ran_as"] = ran_as
+        ctx.check(
+            good.outcome == "committed" and path.read_bytes() == b"ok root v2\n" and ran_as == "root",
+            f"root-owned file, good: {good.outcome} (write ran as {ran_as})",
+        )
+    finally:
+        path.unlink(missing_ok=True)
 
 
 @phase("admin", "admin_transaction on a real systemd: byte-identical rollback, commit, conflict kept")

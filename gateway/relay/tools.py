@@ -9,7 +9,8 @@ and the collision rule says ``prefix_upstream``; with ``prefer_own`` the relayed
 dropped or renamed tool is listed in ``gateway_health`` — never silently.
 
 What the relay gives each upstream from the gateway side: a stderr line callback (each line of a stdio
-upstream's stderr becomes one redacted ``upstream_stderr`` log record naming the upstream), and a
+upstream's stderr becomes one redacted ``upstream_stderr`` log record naming the upstream; blank lines are
+dropped and continuation lines join the line they continue, ``upstream._stderr``), and a
 secret callback (a bearer token read again on reconnect is registered with the redactor before use).
 The first ``tools/list`` waits, bounded, for upstreams still making their first connection.
 """
@@ -43,6 +44,8 @@ def _log_stderr(line: StderrLine) -> None:
         fields["truncated"] = True
     if line.dropped_before:
         fields["dropped_before"] = line.dropped_before
+    if line.lines > 1:
+        fields["lines"] = line.lines
     _log.info("upstream_stderr", **fields)
 
 

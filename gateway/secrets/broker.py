@@ -278,14 +278,21 @@ class SecretBroker:
             # the client cannot show a URL after all: fall through to the link in the error
             self._withdraw(entry)
         entry, url = await self._new_entry(request, principal, waiting=False)
+        once = (
+            ""
+            if self._settings.agent
+            else " With root.agent = false (this gateway's setting) every root command needs the page "
+            "again; the operator sets root.agent = true to keep one root agent per target after one entry."
+        )
         raise SecretRequired(
             f"{self._message(request)}: open {url} (valid {ttl:g} s, single use), enter it there, then "
-            "retry this call; the password is used once and never reaches this conversation.",
+            f"retry this call; the password is used once and never reaches this conversation.{once}",
             target=request.target,
             provider=request.provider,
             account=request.account,
             entry=url,
             expires_s=ttl,
+            root_agent=self._settings.agent,
         )
 
     async def _resumed(self, request: SecretRequest, principal: str, resume: Resume) -> bytearray | None:

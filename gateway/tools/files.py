@@ -134,6 +134,15 @@ def _render_write(out: WriteOut) -> str:
     return f"{'created' if out.created else 'replaced'} {out.path}: {out.size} bytes, sha256 {out.sha256}"
 
 
+def _render_patch(out: PatchOut) -> str:
+    replaced = sum(h.replaced for h in out.hunks)
+    removed, added = sum(h.lines_removed for h in out.hunks), sum(h.lines_added for h in out.hunks)
+    return (
+        f"patched {out.path}: {len(out.hunks)} hunk(s), {replaced} replacement(s), -{removed} +{added} "
+        f"line(s); {out.size} bytes, sha256 {out.sha256}"
+    )
+
+
 def _render_list(out: ListOut) -> str:
     lines = [f"{e.type[0]} {e.mode} {e.size:>10} {e.path}" for e in out.entries]
     if out.truncated:
@@ -186,6 +195,7 @@ async def remote_write(ctx: ToolContext, args: WriteIn) -> WriteOut:
     "Replace exact text in a file: hunks [{old, new, count}] applied in order, each old occurring exactly "
     "count times (default 1). All are checked before one atomic write; a failing hunk is a conflict "
     "naming it (details.hunk) and nothing is written." + NEEDS_AGENT,
+    render=_render_patch,
 )
 async def remote_patch(ctx: ToolContext, args: PatchIn) -> PatchOut:
     hunks = [Hunk(h.old.encode("utf-8"), h.new.encode("utf-8"), h.count) for h in args.hunks]

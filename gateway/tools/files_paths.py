@@ -14,7 +14,10 @@ from gateway.tools._base import Input, TargetName
 __all__ = ["NEEDS_AGENT", "PathIn", "TargetName", "b64_argument"]
 
 NEEDS_AGENT = " Needs the agent (python3 >= 3.8 on the target)."  # ends every file tool's description
-_PATH = "The path on the target (text). Give this or path_b64."
+_PATH = (
+    "The path on the target (text); a relative path is taken from the remote user's home directory "
+    "(where the SSH login starts). Give this or path_b64."
+)
 _PATH_B64 = "The path's exact bytes, base64 (for names that are not valid UTF-8). Give this or path."
 
 

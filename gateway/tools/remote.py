@@ -75,6 +75,7 @@ def _render_caps(out: Capabilities) -> str:
         f"{out.target}: {out.os_pretty or out.os_id or '?'} {out.kernel or ''} {out.arch or ''}; "
         f"user {out.user} (uid {out.uid}); tools: {', '.join(present)}; "
         f"absent: {', '.join(out.absent) or 'none'}; carrier: {out.carrier or 'not decided yet'}"
+        + (f" ({out.carrier_reason})" if out.carrier_reason else "")
     )
 
 

@@ -60,10 +60,15 @@ class PortListIn(Input):
 class DiskUsageIn(Input):
     target: TargetName
     path: str | None = Field(
-        None, min_length=1, description="Also break down this path by its largest direct children (du -x)."
+        None,
+        min_length=1,
+        description="Also break down this path by its largest direct children (one filesystem).",
     )
     top_n: int = Field(20, ge=1, le=1000)
     limit_s: float = Field(10.0, gt=0, le=300, description="Time bound of the breakdown.")
+    max_entries: int = Field(
+        200_000, ge=1, le=5_000_000, description="Entry bound of the breakdown (files, directories)."
+    )
 
 
 class ProcessSignalIn(Input):
@@ -121,11 +126,12 @@ async def port_list(ctx: ToolContext, args: PortListIn) -> PortList:
     "disk_usage",
     "Show a target's disk usage",
     "Filesystems (df -P -B1 -T: size, used, available, use %, mount, type) and, for path, its largest "
-    "direct children on one filesystem (du -x), stopped after limit_s (complete=false says so).",
+    "direct children on one filesystem (find -xdev), stopped after limit_s or max_entries (complete=false, "
+    "cut_by says which).",
 )
 async def disk_usage(ctx: ToolContext, args: DiskUsageIn) -> DiskUsageReport:
     return await ctx.runtime.remote.system.disk(
-        args.target, path=args.path, top_n=args.top_n, limit_s=args.limit_s
+        args.target, path=args.path, top_n=args.top_n, limit_s=args.limit_s, max_entries=args.max_entries
     )
 
 

@@ -297,5 +297,7 @@ async def admin_transaction(ctx: ToolContext, args: TransactionIn) -> Transactio
         "outcome": result.outcome,
         "steps": [f"{s.name}:{s.status}" for s in result.steps],
         "last_done_step": result.last_done_step,
+        # who ran each step that says so (the file as the login user or through a root provider; the unit)
+        "privilege": {s.name: s.data["privilege"] for s in result.steps if "privilege" in s.data},
     }
     return result

@@ -48,7 +48,12 @@ class PrivilegeError(RemoteOpsError):
 
 
 class SecretRequired(PrivilegeError):
-    """``entry``: where the human enters the secret (a one-time URL); ``expires_s``: how long it is valid."""
+    """``entry``: where the human enters the secret (a one-time URL); ``expires_s``: how long it is valid.
+
+    Retryable: the same call succeeds once the human has entered the secret on the page (``retry_after``
+    says so); ``root_agent`` is whether one entry opens a root agent that later commands reuse."""
+
+    retry_after = "the password is entered on the page at details.entry"
 
     def __init__(
         self,
@@ -60,6 +65,7 @@ class SecretRequired(PrivilegeError):
         entry: str,
         expires_s: float,
         attempts: tuple[ProviderAttempt, ...] = (),
+        root_agent: bool | None = None,
     ) -> None:
         super().__init__(
             detail, target=target, reason="secret_required", provider=provider, attempts=attempts
@@ -67,3 +73,8 @@ class SecretRequired(PrivilegeError):
         self.account = account
         self.entry = entry
         self.expires_s = expires_s
+        self.root_agent = root_agent
+
+    @property
+    def retryable(self) -> bool:
+        return True

@@ -66,11 +66,25 @@ def stream_read(record: SessionRecord, chunk: StreamChunk, *, limit: int, ansi: 
     )
 
 
+def _without_blank_tail(data: bytes, *, keep: int) -> bytes:
+    """``data`` without its trailing whitespace-only lines, keeping at least the first ``keep`` lines."""
+    rows = data.split(b"\n")
+    ended = bool(rows) and rows[-1] == b""
+    if ended:
+        rows.pop()
+    while len(rows) > keep and not rows[-1].strip():
+        rows.pop()
+    return b"\n".join(rows) + (b"\n" if ended else b"")
+
+
 def pane_read(
     record: SessionRecord, cap: PaneCapture, *, view: SessionView, limit: int, ansi: bool
 ) -> SessionRead:
-    """A capture over ``limit`` bytes keeps its end, from the first whole line on (``truncated``)."""
-    data, truncated = cap.data, len(cap.data) > limit
+    """A capture over ``limit`` bytes keeps its end, from the first whole line on (``truncated``). The
+    screen's blank rows below the cursor and the last written row are left out (a mostly empty pane would
+    otherwise end in dozens of empty lines); ``height`` still says how tall the pane is."""
+    data = _without_blank_tail(cap.data, keep=(cap.cursor_y or 0) + 1) if view == "screen" else cap.data
+    truncated = len(data) > limit
     if truncated:
         data = data[len(data) - limit :]
         cut = data.find(b"\n")

@@ -239,7 +239,13 @@ def classify_ssh_failure(
     if any(text in stderr for text in _HOSTKEY_OTHER):
         return host_key_error(stderr, target=target, stage=stage, changed=False)
     if "Permission denied" in stderr or "Too many authentication failures" in stderr:
-        return AuthError(detail, target=target, stage=stage)
+        remedy = (
+            f"What to do: the gateway runs ssh without prompts (BatchMode) as the user it runs as; the "
+            f"target {target} must accept a key that user has without a passphrase prompt (ssh-agent, or "
+            f"IdentityFile in the ssh configuration) — check with ssh -o BatchMode=yes HOST true as that "
+            "user, and the account's ~/.ssh/authorized_keys on the target."
+        )
+        return AuthError(detail, target=target, stage=stage, remedy=remedy)
     if any(text in stderr for text in _RESOLVE):
         return _unresolved(stderr, target=target, stage=stage)
     for text, reason in _CONNECT:

@@ -1,6 +1,7 @@
 """System inspection of a target (what runs, what listens, what fills the disk, the GPUs) and signalling
 one process whose identity still matches, each read one POSIX sh program on stdin (``sh/*.sh``) whose output
-is parsed from machine-readable sources (``/proc`` files, ``ss``'s one-line records, ``df -P``, CSV).
+is parsed from machine-readable sources (``/proc`` files, ``ss``'s one-line records, ``df -P``,
+``find -printf``, CSV).
 
 Modules:
 

@@ -17,6 +17,7 @@ __all__ = [
     "ListeningSocket",
     "OsRelease",
     "PathBreakdown",
+    "PortFallback",
     "PortList",
     "ProcessList",
     "ProcessRecord",
@@ -29,6 +30,7 @@ __all__ = [
 _FROZEN = ConfigDict(frozen=True)
 
 ProcessSort = Literal["cpu", "memory", "start", "pid"]
+PortFallback = Literal["ss_missing", "ss_failed"]
 SignalName = Literal["TERM", "INT", "HUP", "KILL", "USR1", "USR2", "STOP", "CONT"]
 
 
@@ -42,6 +44,9 @@ class OsRelease(BaseModel):
     version_id: str | None = None
     pretty_name: str | None = None
     fields: dict[str, str] = Field(default_factory=dict)
+    file: str | None = Field(
+        None, description="The file read: /etc/os-release, else /usr/lib/os-release (None: neither)."
+    )
 
 
 class SystemInfo(BaseModel):
@@ -108,6 +113,11 @@ class PortList(BaseModel):
     source: Literal["ss", "proc"] = Field(
         description="ss (-H -O -tulpn), or /proc/net/{tcp,tcp6,udp,udp6} with /proc/*/fd socket inodes."
     )
+    fallback: PortFallback | None = Field(
+        None,
+        description="Why /proc was read under source=auto: ss_missing (no ss on the PATH), ss_failed (ss "
+        "exited non-zero: too old for -H/-O); null when the source read is the one asked for.",
+    )
     sockets: list[ListeningSocket]
 
 
@@ -131,16 +141,21 @@ class DirectoryEntry(BaseModel):
 
 
 class PathBreakdown(BaseModel):
-    """``du -x`` of one path (one filesystem, its direct children), bounded in time and entries."""
+    """One path's walk (``find -xdev``: one filesystem, hard links once) summed per direct child, bounded
+    in time and in entries."""
 
     model_config = _FROZEN
 
     path: str
-    total_bytes: int | None = Field(description="The whole path (None: the time limit cut du short).")
+    total_bytes: int | None = Field(description="The whole path (None: a bound cut the walk short).")
     children: list[DirectoryEntry] = Field(description="The largest children, largest first.")
     top_n: int
-    complete: bool = Field(description="False: the time limit stopped du; the sizes cover what it reached.")
-    cut_by: Literal["time_limit"] | None = None
+    entries: int = Field(description="Entries (files, directories, ...) the walk counted.")
+    max_entries: int
+    complete: bool = Field(
+        description="False: a bound stopped the walk (cut_by); the sizes cover what it reached."
+    )
+    cut_by: Literal["time_limit", "max_entries"] | None = None
     unreadable: bool = Field(description="Some entries could not be read (their sizes are missing).")
 
 

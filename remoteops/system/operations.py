@@ -8,7 +8,7 @@ transport's output cap, which the programs respect (a process list's argv cap sh
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Protocol
+from typing import Literal, Protocol
 
 import anyio
 
@@ -30,6 +30,7 @@ from remoteops.system.models import (
     DiskUsageReport,
     GpuInfo,
     PathBreakdown,
+    PortFallback,
     PortList,
     ProcessList,
     ProcessSort,
@@ -49,7 +50,7 @@ from remoteops.system.parse import (
     start_epoch,
 )
 
-__all__ = ["SIGNALS", "RemoteSystem", "SystemRunner"]
+__all__ = ["MAX_DISK_ENTRIES", "SIGNALS", "RemoteSystem", "SystemRunner"]
 
 INFO_SCRIPT = program(__package__, "info.sh")
 PROCS_SCRIPT = program(__package__, "procs.sh")
@@ -63,6 +64,12 @@ _GRACE_S = 10.0
 _PROGRAM_LIMIT_S = 30.0
 _MAX_PROCESSES = 10_000
 _MAX_FILTER = 256
+MAX_DISK_ENTRIES = 5_000_000
+_PROC_WHY: dict[str, PortFallback | None] = {
+    "asked": None,
+    "ss-missing": "ss_missing",
+    "ss-failed": "ss_failed",
+}
 
 
 class SystemRunner(Protocol):
@@ -168,7 +175,9 @@ class RemoteSystem:
             return SystemInfo(
                 target=target,
                 hostname=s["hostname"][0].strip(),
-                os=parse_os_release(s.get("os_release", [])),
+                os=parse_os_release(s.get("os_release", [])).model_copy(
+                    update={"file": next(iter(s.get("os_release_file", [])), "").strip() or None}
+                ),
                 kernel=s["kernel"][0].strip(),
                 arch=s["arch"][0].strip(),
                 uptime_s=float(s["uptime"][0].split()[0]),
@@ -220,32 +229,49 @@ class RemoteSystem:
         )
 
     async def ports(self, target: str, *, source: str = "auto") -> PortList:
-        """Listening TCP and UDP sockets: ``ss`` where the target has it (``source="auto"``), else /proc."""
+        """Listening TCP and UDP sockets: ``ss`` where the target has it and it answers (``source="auto"``),
+        else /proc, with ``fallback`` saying why (ss missing, or failing: too old for ``-H``/``-O``)."""
         if source not in ("auto", "ss", "proc"):
             raise InvalidRequest(target=target, field="source", reason="auto, ss or proc")
         result = await self._program(target, "ports", PORTS_SCRIPT, [source])
         head, _, body = result.stdout.partition("\n")
         if head == "S none":
             raise SystemCapabilityMissing("ss is not on the target's PATH", target=target, capability="ss")
+        if head.startswith("S failed ") and head[9:].isdigit():
+            raise self._failed(target, "ports", result.model_copy(update={"exit_code": int(head[9:])}))
         if head == "S ss" and result.exit_code == 0:
             return PortList(target=target, source="ss", sockets=parse_ss(body))
-        if head == "S proc" and result.exit_code == 0:
-            return PortList(target=target, source="proc", sockets=parse_proc_sockets(body))
+        why = head.removeprefix("S proc ")
+        if why in _PROC_WHY and result.exit_code == 0:
+            return PortList(
+                target=target, source="proc", fallback=_PROC_WHY[why], sockets=parse_proc_sockets(body)
+            )
         raise self._failed(target, "ports", result)
 
     async def disk(
-        self, target: str, *, path: str | None = None, top_n: int = 20, limit_s: float = 10.0
+        self,
+        target: str,
+        *,
+        path: str | None = None,
+        top_n: int = 20,
+        limit_s: float = 10.0,
+        max_entries: int = 200_000,
     ) -> DiskUsageReport:
         """Filesystems (``df -P -B1 -T``) and, for ``path``, its largest direct children on the same
-        filesystem (``du -x``), stopped after ``limit_s`` (then ``complete`` is false)."""
+        filesystem (``find -xdev``, hard links once), the walk stopped after ``limit_s`` or ``max_entries``
+        entries (then ``complete`` is false and ``cut_by`` says which)."""
         if path is not None:
             check_text("path", path, target=target)
             if not path or path == "-" or "\n" in path:
                 raise InvalidRequest(target=target, field="path", reason="a path of one line")
         if not 1 <= top_n <= 1000:
             raise InvalidRequest(target=target, field="top_n", reason="must be in [1, 1000]")
+        if not 1 <= max_entries <= MAX_DISK_ENTRIES:
+            raise InvalidRequest(
+                target=target, field="max_entries", reason=f"must be in [1, {MAX_DISK_ENTRIES}]"
+            )
         check_time_limit(limit_s, min(self._ceiling_s, 300.0), field="limit_s", target=target)
-        args = ["-" if path is None else path, str(top_n), f"{limit_s:g}"]
+        args = ["-" if path is None else path, str(top_n), f"{limit_s:g}", str(max_entries)]
         result = await self._program(target, "disk", DISK_SCRIPT, args, limit_s=limit_s + 20)
         lines = result.stdout.splitlines()
         if not lines or lines[0] != "D":
@@ -260,20 +286,30 @@ class RemoteSystem:
                 raise self._failed(target, "disk", result)
             if lines[marker] == "X missing":
                 raise InspectPathNotFound(f"{path!r} does not exist", target=target, path=path)
-            rc_line = next((x for x in lines[marker + 1 :] if x.startswith("R ")), "R -1")
-            blob = next((x for x in lines[marker + 1 :] if " " not in x), "")
+            rest = lines[marker + 1 :]
+            rc_line = next((x for x in rest if x.startswith("R ")), "R -1")
+            entries_line = next((x for x in rest if x.startswith("E ")), "").split()
+            blob = next((x for x in rest if " " not in x), "")
             rc = int(rc_line[2:]) if rc_line[2:].lstrip("-").isdigit() else -1
-            total, children = parse_du(blob, path)
-            cut = rc in (124, 137)
-            if rc not in (0, 1) and not cut:
+            if len(entries_line) != 3 or not all(w.isdigit() for w in entries_line[1:]):
                 raise self._failed(target, "disk", result)
+            entries, entry_cut = int(entries_line[1]), entries_line[2] == "1"
+            total, children = parse_du(blob, path)
+            time_cut = rc in (124, 137)
+            if rc not in (0, 1) and not time_cut and not entry_cut:
+                raise self._failed(target, "disk", result)
+            cut_by: Literal["time_limit", "max_entries"] | None = (
+                "time_limit" if time_cut else "max_entries" if entry_cut else None
+            )
             breakdown = PathBreakdown(
                 path=path,
-                total_bytes=None if cut else total,
+                total_bytes=None if cut_by else total,
                 children=children[:top_n],
                 top_n=top_n,
-                complete=not cut,
-                cut_by="time_limit" if cut else None,
+                entries=entries,
+                max_entries=max_entries,
+                complete=cut_by is None,
+                cut_by=cut_by,
                 unreadable=rc == 1,
             )
         return DiskUsageReport(target=target, filesystems=filesystems, breakdown=breakdown)
@@ -316,7 +352,7 @@ class RemoteSystem:
             check_text("name", name, target=target)
             if not name or "\n" in name:
                 raise InvalidRequest(target=target, field="name", reason="a command name of one line")
-        args = [str(pid), signal, "-" if start_time is None else f"{start_time:.2f}", name or "-"]
+        args = [str(pid), signal, "-" if start_time is None else f"{start_time:.6f}", name or "-"]
         result = await self._program(
             target, "signal", SIGNAL_SCRIPT, args, privilege=privilege, secrets=secrets
         )

@@ -65,8 +65,10 @@ def parse_os_release(lines: list[str]) -> OsRelease:
 
 
 def start_epoch(btime: int, starttime: int, hz: int) -> float:
-    """A process's start in epoch seconds, to the clock tick (as ``signal.sh`` reads it)."""
-    return round(btime + starttime / hz, 2)
+    """A process's start in epoch seconds, to the clock tick (as ``signal.sh`` reads it): rounded to as
+    many decimals as ``hz`` has digits (3 at the usual 100: the hundredth, exactly), so that ``signal.sh``
+    gets the exact tick back (``(epoch - btime) * hz`` rounded) at any ``CLK_TCK`` (250, 1000, 1024 ...)."""
+    return round(btime + starttime / hz, max(2, len(str(max(hz, 1)))))
 
 
 def _argv(encoded: str, cap: int) -> tuple[list[str], bool]:
@@ -251,7 +253,7 @@ def parse_df(lines: list[str]) -> list[Filesystem]:
 
 
 def parse_du(encoded: str, path: str) -> tuple[int | None, list[DirectoryEntry]]:
-    """``du -0`` records (``SIZE<tab>NAME\\0``, largest first): the path's own total and its children."""
+    """``disk.sh``'s records (``SIZE<tab>NAME\\0``, largest first): the path's total and its children."""
     raw = base64.b64decode(encoded or b"")
     total: int | None = None
     children = []

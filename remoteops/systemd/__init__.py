@@ -10,4 +10,6 @@ Modules:
 - ``operations`` — :class:`RemoteSystemd` (``ops.systemd``).
 - ``journal`` — ``journalctl -o json`` read by cursor.
 - ``transaction`` — one reversible change with health gates and a verified rollback.
+- ``txfile`` — the transaction's file: through the agent, else over exec; as root where allowed.
+- ``fileexec`` — the transaction's file read and replaced over exec (as root, or without an agent).
 """

@@ -1,7 +1,12 @@
 """``admin_transaction``: one reversible change, health gates, and a verified rollback.
 
-The change is a unit action, or a file replacement (an atomic write through the agent, as the login user)
-optionally followed by a unit action ("write nginx.conf, then reload nginx"). Then, in order:
+The change is a unit action, or a file replacement optionally followed by a unit action ("write nginx.conf,
+then reload nginx"). The file is read and written through the agent as the login user; where the agent is
+refused (``EACCES`` / ``EPERM``: a root-owned file) ``privilege: auto`` goes on as root through the root
+providers on targets allowed to escalate, and ``privilege: root`` uses them from the start
+(:mod:`.txfile`, :mod:`.fileexec`: the same SHA-256 precondition and atomic replace, the content on
+stdin); ``user`` never escalates (the write step fails with the refusal). A target without the agent
+(carrier ssh) gets the same program over exec as the login user. Then, in order:
 
 1. ``precheck`` (optional): a gate that must pass before anything changes (else ``precheck_failed``);
 2. snapshot: the unit's state, the file's bytes and SHA-256 (the file must exist: a replacement);
@@ -14,7 +19,9 @@ optionally followed by a unit action ("write nginx.conf, then reload nginx"). Th
    the unit file state enabled/disabled/masked as it was); then the rollback is verified.
 
 Every step is in the result, truthfully. A transport loss (or a command whose end was not seen) in the
-middle is reported as ``ambiguous`` with the last step known to be done: nothing is guessed or retried.
+middle is reported as ``ambiguous`` with the last step known to be done: nothing is guessed or retried, and
+no rollback is attempted over a connection that just failed. A transport failure before any change was
+attempted (precheck, snapshot: nothing changed) is raised as itself.
 """
 
 from __future__ import annotations
@@ -27,14 +34,21 @@ from typing import Annotated, Any, Literal, Protocol, Self
 import anyio
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from remoteops._errors import CommandTimeout, InvalidRequest, RemoteOpsError, TransportLost
-from remoteops.agent import program as proto
+from remoteops._errors import (
+    CommandTimeout,
+    InvalidRequest,
+    RemoteOpsError,
+    TransportError,
+    TransportLost,
+)
+from remoteops.privilege.errors import SecretRequired
 from remoteops.privilege.escalator import SecretSource
 from remoteops.privilege.models import PrivilegeMode
 from remoteops.requests import RequestModel, TargetName, check_argv
 from remoteops.systemd.models import UnitAction, UnitActionResult, UnitStatus
 from remoteops.systemd.names import UnitName
 from remoteops.systemd.runner import SystemdRunner
+from remoteops.systemd.txfile import MAX_FILE_BYTES, TransactionFile
 
 __all__ = [
     "FileChange",
@@ -48,7 +62,6 @@ __all__ = [
     "run_transaction",
 ]
 
-MAX_FILE_BYTES = 4 * 1024 * 1024
 _TCP = "import socket,sys\nsocket.create_connection((sys.argv[1], int(sys.argv[2])), 3).close()\n"
 _HTTP = (
     "import sys, urllib.request, urllib.error\n"
@@ -190,14 +203,22 @@ class _Run:
         self.escalate, self.secrets = escalate, secrets
         self.steps: list[TransactionStep] = []
         self.target = request.target
+        self.file = TransactionFile(runner, request.target, request.privilege, escalate, secrets)
+        self.changing = False  # a change was attempted: a transport failure from now on is ambiguous
 
     def step(self, name: str, status: StepStatus, detail: str = "", **data: Any) -> None:
         self.steps.append(TransactionStep(name=name, status=status, detail=detail[:600], data=data))
 
     async def guard(self, name: str, call: Any) -> Any:
+        """A transport failure is ambiguous once a change was attempted (or whenever the command may
+        have run: ``TransportLost``, ``CommandTimeout``); before that, nothing changed: it is raised."""
         try:
             return await call
         except (TransportLost, CommandTimeout) as exc:
+            raise _Ambiguous(name, exc) from None
+        except TransportError as exc:
+            if not self.changing:
+                raise
             raise _Ambiguous(name, exc) from None
 
     async def gate(self, gate: Gate) -> GateResult:
@@ -239,25 +260,6 @@ class _Run:
             self.target, unit, action, privilege=self.req.privilege, escalate=self.escalate,
             secrets=self.secrets,
         )  # fmt: skip
-
-    async def read(self, path: str) -> tuple[bytes, str]:
-        wire = proto.wire_text(path.encode("utf-8", "surrogateescape"))
-        meta, data = await self.runner.agent_request(
-            self.target, proto.READ, {"path": wire, "offset": 0, "length": MAX_FILE_BYTES + 1}
-        )
-        if int(meta["size"]) > MAX_FILE_BYTES:
-            raise InvalidRequest(target=self.target, field="change.path", reason="file larger than 4 MiB")
-        return data, str(meta["sha256"])
-
-    async def write(self, path: str, data: bytes, expected: str) -> str:
-        wire = proto.wire_text(path.encode("utf-8", "surrogateescape"))
-        meta, _ = await self.runner.agent_request(
-            self.target,
-            proto.WRITE,
-            {"path": wire, "if_exists": "overwrite", "mode": None, "expected_sha256": expected},
-            data,
-        )
-        return str(meta["sha256"])
 
 
 def _is_conflict(exc: RemoteOpsError) -> bool:
@@ -318,24 +320,29 @@ async def run_transaction(
         if unit_change is not None:
             before = (await run.guard("snapshot", systemd.status(request.target, [unit_change.unit])))[0]
         if isinstance(change, FileChange):
-            original, sha_before = await run.guard("snapshot", run.read(change.path))
+            original, sha_before = await run.guard("snapshot", run.file.read(change.path))
+        facts = run.file.facts() if isinstance(change, FileChange) else {}
         run.step(
-            "snapshot", "done", unit=before.model_dump(mode="json") if before else None, sha256=sha_before
-        )
+            "snapshot", "done", unit=before.model_dump(mode="json") if before else None, sha256=sha_before,
+            **facts,
+        )  # fmt: skip
         if isinstance(change, FileChange) and sha_before is not None:
+            run.changing = True
             try:
-                sha_written = await run.guard("write", run.write(change.path, change.data(), sha_before))
-            except _Ambiguous:
-                raise
+                sha_written = await run.guard("write", run.file.write(change.path, change.data(), sha_before))
+            except (_Ambiguous, SecretRequired):
+                raise  # SecretRequired: nothing was written; the human's password entry is the answer
             except RemoteOpsError as exc:
                 run.step(
                     "write",
                     "conflict" if _is_conflict(exc) else "failed",
                     f"{type(exc).__name__}: {exc.detail}",
+                    **run.file.facts(),
                 )
                 return done("change_failed")
-            run.step("write", "done", sha256=sha_written, size=len(change.data()))
+            run.step("write", "done", sha256=sha_written, size=len(change.data()), **run.file.facts())
         if unit_change is not None:
+            run.changing = True
             acted = await run.guard("unit_action", run.action(unit_change.unit, unit_change.action))
             run.step(
                 "unit_action", "done" if acted.job_result == "done" else "failed", acted.message,
@@ -352,8 +359,8 @@ async def run_transaction(
         complete = True
         if isinstance(change, FileChange) and original is not None and sha_written is not None:
             try:
-                restored = await run.guard("restore_file", run.write(change.path, original, sha_written))
-                run.step("restore_file", "done", sha256=restored)
+                restored = await run.guard("restore_file", run.file.write(change.path, original, sha_written))
+                run.step("restore_file", "done", sha256=restored, **run.file.facts())
             except _Ambiguous:
                 raise
             except RemoteOpsError as exc:
@@ -373,7 +380,7 @@ async def run_transaction(
         # -- verification ------------------------------------------------------------------------------
         checks: dict[str, bool] = {}
         if isinstance(change, FileChange) and not conflict:
-            _, now_sha = await run.guard("verify", run.read(change.path))
+            _, now_sha = await run.guard("verify", run.file.read(change.path))
             checks["file_restored"] = now_sha == sha_before
         if unit_change is not None and before is not None:
             now = (await run.guard("verify", systemd.status(request.target, [unit_change.unit])))[0]

@@ -61,9 +61,10 @@ class TaskSettings(BaseModel):
     output_max_bytes: int = Field(32 * 1024, ge=1024, le=1024 * 1024)
     """``task_output`` bytes per call."""
     stream_cap_bytes: int = Field(64 * 1024 * 1024, ge=4096, le=1 << 40)
-    """Bytes kept on the target per stream of a task (stdout and stderr each; combined holds what was kept
-    of both). A stream keeps its first ``stream_cap_bytes``; what it prints after that is read on, counted
-    and discarded (the task is neither blocked nor killed), and its status says ``output_truncated``."""
+    """Bytes kept on the target per stream of a task (stdout and stderr each; the output is stored once, so
+    a task's output takes at most twice this on disk). A stream keeps its first ``stream_cap_bytes``; what
+    it prints after that is read on, counted and discarded (the task is neither blocked nor killed), and
+    its status says ``output_truncated``."""
     cancel_grace_s: float = Field(3, gt=0, le=60)
     """Bounded wait after each of SIGINT and SIGTERM (SIGKILL gets the same) before the next step."""
     list_max: int = Field(200, ge=1, le=10000)
@@ -129,7 +130,7 @@ class TaskInfo(BaseModel):
     )
     output_disk_bytes: int = Field(
         0,
-        description="Bytes of this task's output files on the target (stdout, stderr, combined).",
+        description="Bytes this task's output takes on the target (stored once: combined and its index).",
     )
     output_truncated: bool = Field(
         False,

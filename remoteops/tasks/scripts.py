@@ -12,8 +12,13 @@ Task directory ``<root>/<task id>/`` (0700, created with ``mkdir`` so a second s
     sup            "<pid> <starttime>" of the supervisor (its identity, from /proc/<pid>/stat)
     session        tmux "<session id> <created>" or "-"
     pgid           the task's process group (= its session: it runs under setsid)
-    combined, stdout, stderr   output (combined is both streams in arrival order): each stream keeps
-                   its first ``cap`` bytes: a stream's file holds at most ``cap``, combined twice that
+    combined       the output, stored once: both streams in the order their reads were appended; each
+                   stream keeps its first ``cap`` bytes (combined holds at most twice that)
+    index          which stream each run of combined is: a line ``<o|e> <offset in combined>`` begins a
+                   run that lasts until the next line's offset (the last: to the end of combined); written
+                   before the run's bytes, under ``.lock`` (flock), by the supervisor's two keepers, which
+                   keep combined's size in ``.size``. ``task_output`` of one stream reads its runs.
+                   (A task started before output was stored once has no index, but files stdout, stderr.)
     stdout.dropped, stderr.dropped   bytes of that stream read after the cap and discarded (written once the
                    stream passed the cap; updated per MiB and at the stream's end)
     exit.<nonce>   the exit status, written by the supervisor only

@@ -55,7 +55,9 @@ class Seen:
 
 @dataclass(frozen=True)
 class Spill:
-    """The task's output files on the target: their sizes, the cap per stream, what was dropped after it."""
+    """The task's output on the target: the size of each stream, the cap per stream, what was dropped after
+    it, and ``disk``: the bytes its files take (combined and its index; a task started before output was
+    stored once also has a file per stream)."""
 
     combined: int
     stdout: int
@@ -63,10 +65,7 @@ class Spill:
     cap: int | None  # None: a task started before there was a cap (unbounded)
     dropped_stdout: int
     dropped_stderr: int
-
-    @property
-    def disk(self) -> int:
-        return self.combined + self.stdout + self.stderr
+    disk: int
 
     def truncated(self, stream: str) -> bool:
         """``stream`` reached the cap: what the task printed to it after that was discarded."""
@@ -83,12 +82,12 @@ class Spill:
 
 
 def _spill(fields: Sequence[str]) -> Spill | None:
-    """From ``combined stdout stderr cap dropped_stdout dropped_stderr`` (the programs' last six fields)."""
+    """From ``combined stdout stderr cap dropped_stdout dropped_stderr disk`` (fields of the programs)."""
     values = [_int(x) for x in fields]
-    zc, zo, ze, cap, xo, xe = values
-    if zc is None or zo is None or ze is None or xo is None or xe is None:
+    zc, zo, ze, cap, xo, xe, zd = values
+    if zc is None or zo is None or ze is None or xo is None or xe is None or zd is None:
         return None
-    return Spill(zc, zo, ze, cap, xo, xe)
+    return Spill(zc, zo, ze, cap, xo, xe, zd)
 
 
 @dataclass(frozen=True)
@@ -196,10 +195,10 @@ class TaskWire:
                     matched = ""
         if fields == ["gone"]:
             return Seen("gone")
-        if fields is None or len(fields) != 11:
+        if fields is None or len(fields) != 12:
             raise self._bad(record, "wait")
         return Seen(
-            spill=_spill([fields[2], fields[3], fields[4], *fields[8:11]]),
+            spill=_spill([fields[2], fields[3], fields[4], *fields[8:12]]),
             outcome=fields[0],
             exit_code=_int(fields[1]),
             combined=int(fields[2]),
@@ -230,10 +229,10 @@ class TaskWire:
                 task_id=record.id,
                 state=record.state,
             )
-        if fields[:1] != ["ok"] or len(fields) != 11:
+        if fields[:1] != ["ok"] or len(fields) != 12:
             raise self._bad(record, "read")
         state, code, size, start = fields[1], _int(fields[2]), int(fields[3]), int(fields[4])
-        spill = _spill(fields[5:11])
+        spill = _spill(fields[5:12])
         try:
             data = base64.b64decode("".join(body.split()), validate=True)
         except (binascii.Error, ValueError):
@@ -249,9 +248,9 @@ class TaskWire:
         fields = next((ln.split()[1:] for ln in out.splitlines() if ln.startswith("ROGCANCEL ")), None)
         if fields == ["gone"]:
             return Cancelled("none", True, Seen("gone"))
-        if fields is None or len(fields) != 10:
+        if fields is None or len(fields) != 11:
             raise self._bad(record, "cancel")
-        seen = Seen(fields[2], exit_code=_int(fields[3]), combined=int(fields[4]), spill=_spill(fields[4:10]))
+        seen = Seen(fields[2], exit_code=_int(fields[3]), combined=int(fields[4]), spill=_spill(fields[4:11]))
         return Cancelled(step=fields[0], removed=fields[1] == "yes", seen=seen)
 
     async def purge(self, target: str, task_ids: Sequence[str]) -> set[str]:

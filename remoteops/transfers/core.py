@@ -184,7 +184,7 @@ class TransferCore:
     def _flags(
         self, *, tree: bool, down: bool, ignore_existing: bool, bwlimit: int | None, ns_mtimes: bool
     ) -> list[str]:
-        flags = ["-t", "-p"]
+        flags = ["-t", "-p", "--sparse"]  # holes stay holes: a sparse file arrives no bigger on disk
         if ns_mtimes:
             # the quick check compares modification times to the nanosecond, so a file rewritten with the same
             # size within one second is not taken for unchanged (an older receiver does not know "-@-1")

@@ -6,11 +6,11 @@ import dataclasses
 from typing import Any
 
 import pytest
-from mcp import MCPError
 from pydantic import BaseModel
 
 from gateway._catalog import Toolset, ToolSpec, build_catalog
 from gateway._context import ToolContext
+from gateway._dispatch import error_payload
 from gateway._errors import ConfigError
 from gateway.tools import all_specs
 from gateway.tools._base import Input, Output
@@ -91,16 +91,19 @@ def test_every_own_tool_is_fully_declared() -> None:
 
 
 @pytest.mark.anyio
-async def test_filtered_tools_are_neither_listed_nor_callable(gateway_client: ClientFactory) -> None:
+async def test_filtered_tools_are_not_listed_and_a_call_is_policy_denied_naming_the_toolset(
+    gateway_client: ClientFactory,
+) -> None:
     extra = [_spec("test_execute_tool", Toolset.EXECUTE), _spec("test_teardown_tool", Toolset.TEARDOWN)]
     async with gateway_client(extra_specs=extra, tools={"toolsets": ["inspect", "teardown"]}) as (client, rt):
         listed = {t.name for t in (await client.list_tools()).tools}
         assert "test_teardown_tool" in listed
         assert "test_execute_tool" not in listed
         assert "test_execute_tool" in rt.catalog.filtered_out
-        with pytest.raises(MCPError) as info:
-            await client.call_tool("test_execute_tool", {})
-        assert info.value.code == -32602
+        refused = await client.call_tool("test_execute_tool", {})
+        error = error_payload(refused)
+        assert error is not None
+        assert (error["code"], error["details"]["toolset"]) == ("policy_denied", "execute")
         ok = await client.call_tool("test_teardown_tool", {"value": "v"})
         assert ok.structured_content == {"echoed": "v"}
 

@@ -275,8 +275,38 @@ def test_the_inspector_cli_shows_the_gateways_error_code_and_message_for_a_faili
 ) -> None:
     error = _failed_call(inspector, ghost_gateway, tmp_path, "remote_exec", *tool_args)
     assert error["code"] == code
+    if tool_args[0] == "target=nowhere":
+        assert error["details"]["configured"] == ["ghost"]  # what the agent may use instead
     if code == "validation_error":
         assert "command" in error["message"]  # the field and the reason, in the text the agent reads
+
+
+def test_the_inspector_cli_stops_at_its_own_tool_not_found_for_a_tool_of_a_disabled_toolset(
+    inspector: InstalledTool, ghost_gateway: GatewayProcess, tmp_path: Path
+) -> None:
+    # The Inspector checks tools/list before calling, so no request reaches the gateway: its own
+    # "tool not found" is what its user sees (clients that send the call get policy_denied, below).
+    args = ("--tool-arg", "target=ghost", "--tool-arg", "task_id=x")
+    run = _inspect(
+        inspector, ghost_gateway, tmp_path, "--method", "tools/call", "--tool-name", "task_cancel", *args
+    )
+    assert run.returncode != 0
+    assert json.loads(run.stdout or run.stderr.strip().splitlines()[-1])["error"]["code"] == "tool_not_found"
+
+
+@pytest.mark.anyio
+async def test_a_tool_of_a_disabled_toolset_is_policy_denied_over_http_naming_the_toolset(
+    ghost_gateway: GatewayProcess,
+) -> None:
+    http = httpx2.AsyncClient(headers=ghost_gateway.headers(), timeout=httpx2.Timeout(30))
+    transport = streamable_http_client(ghost_gateway.url, http_client=http)
+    async with http, Client(transport, mode="legacy") as client:
+        result = await client.call_tool("task_cancel", {"target": "ghost", "task_id": "x"})
+    error = error_payload(result)
+    assert error is not None
+    assert error["code"] == "policy_denied"  # not "Unknown tool": teardown is off by default
+    assert error["details"]["toolset"] == "teardown"
+    assert error["details"]["config_key"] == "tools.toolsets"
 
 
 @pytest.mark.sshd

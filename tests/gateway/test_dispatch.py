@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import jsonschema
+import mcp_types as types
 import pytest
+from mcp import MCPError
 from structlog.testing import capture_logs
 
 from gateway._catalog import Toolset, ToolSpec
@@ -108,3 +111,43 @@ async def test_results_carry_structured_content_matching_the_output_schema(
 def test_oversized_argument_finds_nested_strings() -> None:
     assert oversized_argument({"a": ["ok", {"b": "é" * 40}]}, 64) == "a[1].b"
     assert oversized_argument({"a": ["ok"]}, 64) is None
+
+
+@pytest.mark.anyio
+async def test_a_tool_of_a_disabled_toolset_is_policy_denied_naming_the_toolset_and_the_key(
+    gateway_client: ClientFactory,
+) -> None:
+    async with gateway_client(tools={"toolsets": ["inspect"]}) as (client, rt):
+        assert client.instructions is not None
+        assert "not enabled" in client.instructions
+        assert "teardown" in client.instructions.split("not enabled")[1]
+        err = _error(await client.call_tool("remote_delete", {"target": "t", "path": "/tmp/x"}))
+        assert err["code"] == "policy_denied"
+        assert err["details"] == {
+            "tool": "remote_delete",
+            "toolset": "teardown",
+            "config_key": "tools.toolsets",
+        }
+        records = [json.loads(line) for line in (await read_audit(rt)).splitlines()]
+    calls = [r for r in records if r.get("tool") == "remote_delete"]
+    assert [(r["toolset"], r["error_code"]) for r in calls] == [("teardown", "policy_denied")]
+
+
+@pytest.mark.anyio
+async def test_a_tool_excluded_by_name_is_policy_denied_naming_tools_exclude(
+    gateway_client: ClientFactory,
+) -> None:
+    async with gateway_client(tools={"exclude": ["remote_exec"]}) as (client, _rt):
+        err = _error(await client.call_tool("remote_exec", {"target": "t", "argv": ["true"]}))
+    assert err["code"] == "policy_denied"
+    assert err["details"]["config_key"] == "tools.exclude"
+
+
+@pytest.mark.anyio
+async def test_a_tool_that_does_not_exist_is_still_an_unknown_tool_protocol_error(
+    gateway_client: ClientFactory,
+) -> None:
+    async with gateway_client() as (client, _rt):
+        with pytest.raises(MCPError) as info:
+            await client.call_tool("no_such_tool", {})
+    assert info.value.error.code == types.INVALID_PARAMS

@@ -237,6 +237,10 @@ async def test_remote_patch_names_the_failing_hunk_and_otherwise_returns_the_new
     jsonschema.validate(done.structured_content, tools["remote_patch"].output_schema)
     assert done.structured_content["sha256"] == hashlib.sha256(b"a = 10\nb = 20\nc = 3\n").hexdigest()
     assert path.read_bytes() == b"a = 10\nb = 20\nc = 3\n"
+    [text] = [block.text for block in done.content if isinstance(block, types.TextContent)]
+    assert "\n" not in text  # a one-line summary like the other file tools, not the JSON again
+    assert not text.startswith("{")
+    assert done.structured_content["path"] in text
 
 
 async def test_remote_find_and_remote_grep_through_mcp_match_their_schemas(
@@ -302,3 +306,18 @@ async def test_remote_read_by_lines_says_which_lines_and_refuses_a_byte_range_wi
     refused = error_payload(both)
     assert refused is not None
     assert [e["loc"] for e in refused["details"]["errors"]] == [["line_count"]]
+
+
+async def test_a_relative_remote_path_is_taken_from_the_remote_users_home_directory(
+    gateway_client: ClientFactory, sshd: SshdInstance
+) -> None:
+    name = f"rog-relative-{os.getpid()}-{os.urandom(4).hex()}.txt"
+    async with gateway_client(**_config(sshd)) as (client, _):
+        wrote = await client.call_tool("remote_write", {"target": "plain", "path": name, "content": "here\n"})
+        shown = await client.call_tool(
+            "remote_exec",
+            {"target": "plain", "argv": ["sh", "-c", f'cat "$HOME/{name}"; rm -f "$HOME/{name}"']},
+        )
+    assert wrote.is_error is not True, wrote
+    assert shown.structured_content is not None
+    assert shown.structured_content["stdout"] == "here\n"

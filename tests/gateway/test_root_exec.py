@@ -161,6 +161,10 @@ async def test_the_link_in_the_privilege_error_lets_the_human_enter_it_and_the_r
         assert error is not None
         assert error["code"] == "privilege_error"
         assert error["details"]["reason"] == "secret_required"
+        assert error["retryable"] is True  # "then retry this call": after the page
+        assert error["details"]["retry_after"]
+        assert error["details"]["root_agent"] is False  # the default; the message says what it costs
+        assert "root.agent" in error["message"]
         link = error["details"]["entry"]
         assert link in error["message"]  # what the agent shows the human
         page = await enter_password(browser, link, password)

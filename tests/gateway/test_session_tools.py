@@ -166,6 +166,7 @@ async def test_session_errors_have_codes(
             ))  # fmt: skip
             exited = await client.call_tool("session_send", {"target": "plain", "name": "ops", "text": "x"})
     assert error_of(unknown)["code"] == "not_found"
+    assert error_of(unknown)["details"]["use"] == "session_ensure"  # the way out
     assert error_of(bad_name)["code"] == "validation_error"
     assert error_of(bad_key)["code"] == "validation_error"
     assert error_of(elsewhere)["code"] == "policy_denied"

@@ -28,6 +28,12 @@ async def test_an_mcp_client_lists_and_calls_tools_over_stdio(tmp_path: Path) ->
         assert result.is_error is not True
         assert result.structured_content is not None
         assert result.structured_content["audit"]["healthy"] is True
+        # a tool of a toolset that is off (teardown, by default) says so instead of "Unknown tool"
+        denied = await client.call_tool("forward_close", {"id": "f1"})
+        assert denied.is_error is True
+        error = (denied.meta or {})["remoteops-gateway/error"]
+        assert error["code"] == "policy_denied"
+        assert error["details"]["toolset"] == "teardown"
 
 
 @pytest.mark.slow  # spawns the gateway over stdio

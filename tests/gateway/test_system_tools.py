@@ -299,3 +299,19 @@ async def test_process_signal_escalates_only_after_eperm_and_only_where_root_is_
     assert next(a["provider"] for a in privilege["attempts"]) == "user"
     assert privilege["provider"] == "sudo_nopasswd"
     assert _state(sleeper.pid) == "T"
+
+
+async def test_process_signal_auto_never_escalates_on_a_target_outside_root_targets_even_with_sudo(
+    sshd: SshdInstance, gateway_client: ClientFactory, sleeper: subprocess.Popen[bytes]
+) -> None:
+    args = {"pid": sleeper.pid, "start_time": _start_time(sleeper.pid), "signal": "STOP"}
+    async with gateway_client(**_settings(sshd, root_targets=())) as (client, _):
+        auto, denied = await _call(client, "process_signal", target="sudo", **args)  # ro-sudo: NOPASSWD
+        root, policy = await _call(client, "process_signal", target="sudo", privilege="root", **args)
+    assert auto is None
+    assert denied is not None
+    assert denied["code"] == "privilege_error"
+    assert root is None
+    assert policy is not None
+    assert policy["code"] == "policy_denied"
+    assert _state(sleeper.pid) == "S"

@@ -12,8 +12,8 @@ import mcp_types as types
 import pytest
 from mcp import Client
 
+from acceptance.harness.systemd_helpers import SystemdHost, booted, unavailable_reason
 from tests.gateway.conftest import ClientFactory
-from tests.remoteops.systemd_helpers import SystemdHost, booted, unavailable_reason
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 

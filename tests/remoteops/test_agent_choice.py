@@ -45,6 +45,25 @@ async def test_a_target_without_python3_gets_the_ssh_carrier_automatically_and_s
     assert stats.carriers["plain"].agent_alive
 
 
+async def test_target_capabilities_names_the_reason_a_target_without_python3_uses_ssh(
+    sshd: SshdInstance,
+) -> None:
+    async with _ops(sshd) as ops:
+        with anyio.fail_after(30):
+            caps = await ops.capabilities("nopy")
+            forced = await ops.capabilities("forced-ssh")
+            plain = await ops.capabilities("plain")
+        stats = ops.stats()
+    assert caps.carrier == "ssh"
+    assert caps.carrier_reason is not None
+    assert caps.carrier_reason == stats.carriers["nopy"].reason  # the same words gateway_health shows
+    assert forced.carrier == "ssh"
+    assert forced.carrier_reason is not None
+    assert forced.carrier_reason == stats.carriers["forced-ssh"].reason
+    assert plain.carrier == "agent"
+    assert plain.carrier_reason is None
+
+
 async def test_carrier_agent_on_a_target_without_python3_is_missing_capability(sshd: SshdInstance) -> None:
     async with _ops(sshd, carrier="agent") as ops:
         with anyio.fail_after(30), pytest.raises(MissingCapability) as info:

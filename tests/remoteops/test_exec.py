@@ -127,8 +127,11 @@ async def test_policy_denied_for_an_unconfigured_target_starts_no_process(
         with pytest.raises(PolicyDenied):
             await ops.capabilities("not-configured")
         monkeypatch.undo()
+        names = tuple(sorted(t.name for t in await ops.list_targets()))
     assert info.value.target == "not-configured"
     assert info.value.reason == "not_configured"
+    assert info.value.configured == names  # the error lists the targets that are configured
+    assert names
     assert spawned == []
 
 

@@ -134,6 +134,10 @@ async def test_wait_for_matches_a_prompt_without_a_trailing_newline(
     assert asked.line == "Password for x: "
     assert asked.cursor == asked.output_bytes  # the unfinished last line ends the stream
     assert screen.data.splitlines()[screen.cursor_y or 0].startswith("Password for x:")
+    # the empty rows below the prompt are not returned: the cursor's row is the last one
+    assert len(screen.data.splitlines()) == (screen.cursor_y or 0) + 1
+    assert screen.height is not None
+    assert screen.height > len(screen.data.splitlines())
 
 
 async def test_wait_for_times_out_with_a_cursor_that_does_not_skip_an_unfinished_line(

@@ -22,12 +22,12 @@ FILES = sorted((ROOT / "remoteops").rglob("sh/*.sh"))
 PROGRAMS = {
     "tasks supervisor": (
         tasks._SUPERVISOR,
-        "70ac1fde137343c061a1e35e87c6034c231d83fc923a81aea2f4d79d00250a22",
+        "bbaabeb0322cbc3350db6a2abd9076df34d22441d52bea9c74069a61f62626b8",
     ),
-    "tasks start": (tasks._START, "3e53714ea3b049298b4cb1a8c019ade76b69b667685c302be6e295629d6f0a1f"),
-    "tasks wait": (tasks.WAIT_SCRIPT, "a513d90b5dd51f650e94bcf958cca868c1bfdb1a1961722aaf961e843acb038b"),
-    "tasks read": (tasks.READ_SCRIPT, "d7b49efc9ce292de29028e10a4a88b1a1fd0b83c97c3a3a16fd060863f3f7f3a"),
-    "tasks cancel": (tasks.CANCEL_SCRIPT, "8d21b4a3234ca6d050f02821f2d149694bfc4fd97c2244a445134ffbbf72366e"),
+    "tasks start": (tasks._START, "cabb2003ecfa0696ad6648f1d94f691d2a17399ed3d1b1c7626875b60e756008"),
+    "tasks wait": (tasks.WAIT_SCRIPT, "4b58fd433af63f5ccaad2921bb757efece5e9f0543f6948754b8fb7def5132eb"),
+    "tasks read": (tasks.READ_SCRIPT, "33c623674afcfba47f3298f5de48cab9063076eb6883c15ff2620bfade0e23eb"),
+    "tasks cancel": (tasks.CANCEL_SCRIPT, "883e6c9a0c613777339cbec7855c934872ff26cb531d8f8ccc49e04d0f8c3b77"),
     "tasks purge": (tasks.PURGE_SCRIPT, "6f65de63b1ca001f61ba521bcd52a0f6b1f9e2496f3b01182e487a1894594f2f"),
     "sessions ensure": (
         sessions.ENSURE_SCRIPT,
@@ -52,19 +52,19 @@ PROGRAMS = {
     "sessions send": (sessions._SEND, "6b0c0411c9078e14458afa20a57630553f5e319d260da7ee8cf507f33e2afff8"),
     "system info": (
         system.INFO_SCRIPT,
-        "3a63d04f242bfda9db3bb0289bf4673f8e2229728c98c634c401c24ff80ba48f",
+        "24ed6fe0c557a4178a507f2a454fabcc783f513738dbeae265238298df933d4e",
     ),
     "system procs": (
         system.PROCS_SCRIPT,
-        "37e9dd18940431c21d2e6b84623ac71670774d107cd53885972ffa71b2ca9388",
+        "8b09d1770b2c59c8539c216d1802f36b4f5a757985783ee6796f3de0103d8fa6",
     ),
     "system ports": (
         system.PORTS_SCRIPT,
-        "f0d954c048103ecffb975c35c3aca979d8b93e8d114aee6fa1c13c7d72a7174b",
+        "71e618e1b5eb632e1c91b5ce9eb87d8bfefeab5c77a9bed14698bb4d8ae783dc",
     ),
     "system disk": (
         system.DISK_SCRIPT,
-        "b14e10d8ed479eb2d562d08a09cbbc9a80e144d1d925984eba05eb507618fbd4",
+        "d62170f55a5ea004e53c5f75f9c101423960d8dddaa07dc2aa66a00285192f6b",
     ),
     "system gpu": (
         system.GPU_SCRIPT,
@@ -76,7 +76,7 @@ PROGRAMS = {
     ),
     "a task's starter": (
         tasks.start_script(task_id="t-1", nonce="n", root="r", want="w", cmd_text="c"),
-        "ef926519a90493ae2327aa5ea94f0ca4e693a55feab9eb72ffd279bb6fedc7c5",
+        "11b8fc96c59162e312f29d32a9dd164f0d234b2f7726b770db953e9b480b330c",
     ),
     "a send program": (
         sessions.send_script(b"hello \x00 world"),

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import base64
 
+import pytest
+
 from remoteops.system.parse import (
     parse_df,
     parse_du,
@@ -12,6 +14,7 @@ from remoteops.system.parse import (
     parse_proc_sockets,
     parse_processes,
     parse_ss,
+    start_epoch,
 )
 
 
@@ -102,3 +105,13 @@ def test_process_records_keep_a_command_name_with_spaces_and_cap_argv() -> None:
     assert first.argv[:2] == ["python3", "-c"]
     assert first.argv_truncated
     assert (second.user, second.argv) == (None, [])
+
+
+@pytest.mark.parametrize("hz", [100, 250, 300, 1000, 1024])
+def test_a_start_time_gives_signal_sh_its_exact_clock_tick_back_at_any_clk_tck(hz: int) -> None:
+    btime = 1_764_600_000
+    for starttime in (0, 1, 7, hz - 1, hz, 12_345, 98_765_431, 2**40 + 3):
+        epoch = start_epoch(btime, starttime, hz)
+        sent = float(f"{epoch:.6f}")  # the argument RemoteSystem.signal hands signal.sh
+        assert int((sent - btime) * hz + 0.5) == starttime  # signal.sh's awk: (e - b) * hz + 0.5
+        assert int((start_epoch(btime, starttime + 1, hz) - btime) * hz + 0.5) != starttime

@@ -1,4 +1,4 @@
-"""systemd operations against a real systemd target (tests/remoteops/systemd_helpers.py) over SSH, as the
+"""systemd operations against a real systemd target (acceptance/harness/systemd_helpers.py) over SSH, as the
 plain login user ``plain`` (NOPASSWD sudo: ``privilege: auto`` escalates through ``sudo_nopasswd``).
 Skipped, with the reason, where the machine cannot boot a systemd target."""
 
@@ -9,8 +9,8 @@ from collections.abc import Iterator
 
 import pytest
 
+from acceptance.harness.systemd_helpers import LOG_LINES, SystemdHost, booted, unavailable_reason
 from remoteops import InvalidRequest, PolicyDenied, TransactionRequest
-from tests.remoteops.systemd_helpers import LOG_LINES, SystemdHost, booted, unavailable_reason
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 

@@ -224,6 +224,26 @@ async def test_single_files_with_awkward_names_round_trip_without_remote_globbin
         assert (env.local / f"down-{index}").read_bytes() == data
 
 
+@pytest.mark.sshd
+@pytest.mark.slow
+@pytest.mark.anyio
+async def test_a_sparse_file_stays_sparse_through_download_and_upload(env: Env) -> None:
+    size = 64 * 1024 * 1024
+    source = env.remote / "sparse.img"
+    with source.open("wb") as f:  # 64 MiB with 4 KiB of data at each end, a hole between
+        f.write(b"head" * 1024)
+        f.seek(size - 4096)
+        f.write(b"tail" * 1024)
+    assert source.stat().st_blocks * 512 < 1024 * 1024  # the file system keeps holes
+    down = await env.tr.download("root", "sparse.img", str(source), VERIFY, NONE)
+    local = env.local / "sparse.img"
+    assert (down.method, local.stat().st_size) == ("rsync", size)
+    assert local.stat().st_blocks * 512 < 1024 * 1024  # not 64 MiB allocated
+    up = await env.tr.upload("root", "sparse.img", str(env.remote / "again.img"), VERIFY, NONE)
+    assert up.sha256 == down.sha256
+    assert (env.remote / "again.img").stat().st_blocks * 512 < 1024 * 1024
+
+
 # -- resume on evidence --------------------------------------------------------------------------------------
 
 SIZE = 24 * 1024 * 1024

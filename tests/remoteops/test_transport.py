@@ -51,6 +51,8 @@ async def test_wrong_client_key_raises_auth_error(ops_factory: OpsFactory, mode:
             await ops.run("wrongkey", ["true"])
         assert ops.stats().failures == {"AuthError": 1}
     assert info.value.target == "wrongkey"
+    assert info.value.remedy.startswith("What to do:")  # like the host-key errors, it says how to fix it
+    assert "wrongkey" in info.value.remedy
 
 
 @MODES

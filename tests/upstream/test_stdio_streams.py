@@ -75,3 +75,28 @@ async def test_a_command_not_on_path_is_named_and_retried_with_growing_delays() 
     assert "'libtmux-mcp-not-installed-4d2a'" in health.last_error
     assert health.consecutive_failures >= 4
     assert delays[:4] == [0.05, 0.1, 0.2, 0.4]
+
+
+async def test_a_traceback_on_stderr_is_one_record_its_error_line_stays_visible_and_blank_lines_are_dropped(
+    fault_stdio: StdioFault,
+) -> None:
+    got: list[StderrLine] = []
+    arrived = anyio.Event()
+
+    def on_stderr(line: StderrLine) -> None:
+        got.append(line)
+        if line.text == "last":
+            arrived.set()
+
+    trace = 'Traceback (most recent call last):\n  File "x.py", line 1, in <module>\n    boom()\n\n   \n'
+    async with Upstream(fault_stdio.settings(), on_stderr=on_stderr) as up:
+        with anyio.fail_after(20):
+            await up.call_tool("shout", {"text": trace + "ValueError: bad"})
+            await up.call_tool("shout", {"text": "last"})
+            await arrived.wait()
+    texts = [line.text for line in got]
+    assert all(text.strip() for text in texts)  # the blank and whitespace-only lines are gone
+    [frames] = [line for line in got if line.text.startswith("Traceback")]
+    assert frames.lines == 3
+    assert frames.text == trace.split("\n\n")[0]
+    assert "ValueError: bad" in texts  # the error itself is a record of its own, not buried

@@ -8,5 +8,10 @@ section loadavg; cat /proc/loadavg
 section ncpu; getconf _NPROCESSORS_ONLN 2>/dev/null || nproc
 section meminfo; cat /proc/meminfo
 section boot_id; cat /proc/sys/kernel/random/boot_id
-section os_release; cat /etc/os-release 2>/dev/null || cat /usr/lib/os-release 2>/dev/null
+for f in /etc/os-release /usr/lib/os-release; do # os-release(5): the second where the first is missing
+  [ -r "$f" ] || continue
+  section os_release_file; echo "$f"
+  section os_release; cat "$f"
+  break
+done
 section end

@@ -1,16 +1,29 @@
-# port_list. Argument: SOURCE (auto|ss|proc). Output: "S ss" then ss's one-line records, or "S proc" then
+# port_list. Argument: SOURCE (auto|ss|proc). Output: "S ss" then ss's one-line records, or
+# "S proc <why: asked | ss-missing | ss-failed>" then
 #   L <tcp|tcp6|udp|udp6> <local address:port, hex as in /proc/net> <inode>   (listening sockets)
 #   O <pid> <inode> <comm>                                                   (their owners, where visible)
-# or "S none" (ss asked for and missing).
+# or "S none" (ss asked for and missing), "S failed <ss's exit status>" (ss asked for, and it failed: too
+# old for -H/-O; its message on stderr). auto falls back to /proc for both.
 set -f
 mode=$1
-if [ "$mode" != proc ] && command -v ss >/dev/null 2>&1; then
-  echo 'S ss'
-  ss -H -O -tulpn
-  exit
+why=asked
+if [ "$mode" != proc ]; then
+  if command -v ss >/dev/null 2>&1; then
+    if records=$(ss -H -O -tulpn); then
+      echo 'S ss'
+      [ -z "$records" ] || printf '%s\n' "$records"
+      exit 0
+    else
+      rc=$?
+      if [ "$mode" = ss ]; then echo "S failed $rc"; exit 0; fi
+      why=ss-failed
+    fi
+  else
+    if [ "$mode" = ss ]; then echo 'S none'; exit 0; fi
+    why=ss-missing
+  fi
 fi
-if [ "$mode" = ss ]; then echo 'S none'; exit 0; fi
-echo 'S proc'
+echo "S proc $why"
 listening=$(
   for f in tcp tcp6 udp udp6; do
     [ -r "/proc/net/$f" ] || continue

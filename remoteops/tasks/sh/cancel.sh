@@ -81,4 +81,5 @@ fi
 state
 sizes
 spill
-printf 'ROGCANCEL %s %s %s %s %s %s %s %s %s %s\n' "$step" "$removed" "$st" "${rc:--}" "$zc" "$zo" "$ze" "$cap" "$xo" "$xe"
+printf 'ROGCANCEL %s %s %s %s %s %s %s %s %s %s %s\n' "$step" "$removed" "$st" "${rc:--}" "$zc" "$zo" "$ze" "$cap" "$xo" \
+  "$xe" "$zd"

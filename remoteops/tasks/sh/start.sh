@@ -5,7 +5,7 @@ fail() { printf 'ROGERR %s %s\n' "$1" "$2"; exit 3; }
 case $rel in /*) root=$rel ;; *) root=$HOME/$rel ;; esac
 mkdir -p -- "$root" 2>/dev/null || fail root "cannot create $root"
 chmod 700 -- "$root" 2>/dev/null
-for tool in setsid sha256sum tee mkfifo base64; do
+for tool in setsid sha256sum flock awk mkfifo base64; do
   command -v "$tool" >/dev/null 2>&1 || fail missing "$tool"
 done
 mode=setsid
@@ -14,7 +14,7 @@ if [ "$want" = tmux ] && [ "$mode" != tmux ]; then fail missing tmux; fi
 d=$root/$id
 mkdir -- "$d" 2>/dev/null || fail exists "$d"
 cd -- "$d" || fail root "cannot enter $d"
-: > combined; : > stdout; : > stderr
+: > combined; : > index
 printf '%s\n' "$cmd_text" > cmd
 printf '%s\n' "$sup_text" > supervise.sh
 printf '%s\n' "$mode" > mode

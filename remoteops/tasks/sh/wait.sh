@@ -14,8 +14,8 @@ i=0
 out() {
   sizes
   spill
-  printf 'ROGWAIT %s %s %s %s %s %s %s %s %s %s %s\n' "$1" "${rc:--}" "$zc" "$zo" "$ze" "$since" "$spid" \
-    "${sst:--}" "$cap" "$xo" "$xe"
+  printf 'ROGWAIT %s %s %s %s %s %s %s %s %s %s %s %s\n' "$1" "${rc:--}" "$zc" "$zo" "$ze" "$since" "$spid" \
+    "${sst:--}" "$cap" "$xo" "$xe" "$zd"
   if [ -n "${m:-}" ]; then printf 'ROGMATCH '; printf '%s' "$m" | head -c 2048 | base64 | tr -d '\n'; echo; fi
   exit 0
 }

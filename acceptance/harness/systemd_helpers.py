@@ -21,8 +21,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from acceptance.harness import starts
+from acceptance.harness.systemd_target import SystemdTarget, systemd_target, systemd_target_unavailable_reason
 from remoteops import PrivilegeSettings, RemoteOps, TargetSpec, TransportSettings
-from tests.fixtures.systemd_target import SystemdTarget, systemd_target, systemd_target_unavailable_reason
 
 __all__ = ["LOG_LINES", "SystemdHost", "booted", "unavailable_reason"]
 
@@ -95,6 +96,7 @@ def unavailable_reason() -> str | None:
     return reason
 
 
+@starts("systemd")
 @contextlib.contextmanager
 def booted() -> Iterator[SystemdHost]:
     work = Path(tempfile.mkdtemp(prefix="rogsdh-", dir="/tmp"))
