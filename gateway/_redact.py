@@ -14,7 +14,8 @@ pass through it:
 
 Successful tool results (a command's stdout, a relayed tool's answer) are the caller's data and are not
 rewritten — unless ``[redaction] output = "mask"``: then own tools' results pass :meth:`Redactor.scrub_any`
-(``_dispatch.scrub_output``), counted in the result's ``redacted`` field, base64 reads untouched.
+(``_dispatch.scrub_output``), counted in the result's ``_meta`` (``remoteops-gateway/redacted``), base64
+reads untouched; relayed results pass through untouched by design.
 
 Two mechanisms, applied together:
 
