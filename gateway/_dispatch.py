@@ -39,6 +39,7 @@ from upstream import ElicitCallback, ProgressCallback, UpstreamRejected
 
 __all__ = [
     "ERROR_META_KEY",
+    "REDACTED_META_KEY",
     "dispatch_call",
     "error_payload",
     "error_result",
@@ -52,6 +53,10 @@ _log = structlog.get_logger("gateway.dispatch")
 
 ERROR_META_KEY = "remoteops-gateway/error"
 """The ``_meta`` key of a failed call's structured error (a namespaced key, as the MCP spec asks)."""
+
+REDACTED_META_KEY = "remoteops-gateway/redacted"
+"""The ``_meta`` key of what ``[redaction] output = "mask"`` did to a result (never in
+``structuredContent``: the tools' output schemas forbid unknown members, and clients validate them)."""
 
 _MAX_REASONS = 5
 _MAX_REASON_CHARS = 160
@@ -177,31 +182,37 @@ async def _run_own(spec: AnySpec, ctx: ToolContext, arguments: dict[str, Any]) -
         raise _validation_failure(spec.name, exc) from None
     output: BaseModel = await spec.handler(ctx, args)
     text, structured = spec.render(output), output.model_dump(mode="json")
+    meta: dict[str, Any] | None = None
     if ctx.runtime.settings.redaction.output == "mask":
-        text, structured = scrub_output(ctx.runtime.redactor, text, structured, ctx.audit_facts)
+        text, structured, note = scrub_output(ctx.runtime.redactor, text, structured, ctx.audit_facts)
+        meta = {REDACTED_META_KEY: note} if note is not None else None
     return types.CallToolResult(
-        content=[types.TextContent(type="text", text=text)], structured_content=structured
+        content=[types.TextContent(type="text", text=text)], structured_content=structured, meta=meta
     )
 
 
 def scrub_output(
     redactor: Redactor, text: str, structured: dict[str, Any], facts: dict[str, Any]
-) -> tuple[str, dict[str, Any]]:
-    """``[redaction] output = "mask"``: credential shapes masked in a result, never silently — the
-    result's ``redacted`` field and the audit record's facts say how many of which kind. A byte-exact
-    result (``encoding = "base64"``) is left as it is, and says so."""
+) -> tuple[str, dict[str, Any], dict[str, Any] | None]:
+    """``[redaction] output = "mask"``: credential shapes masked in a result, never silently. Returns
+    the text, the structured content (still valid against the tool's output schema) and the note
+    ``{"count", "kinds"}`` for the result's ``_meta`` (:data:`REDACTED_META_KEY`) and the audit record's
+    facts; the text gains a line saying what was masked. A byte-exact result (``encoding = "base64"``)
+    is left as it is, and its note says so. Nothing found: all as it was, no note."""
     if structured.get("encoding") == "base64":
         note: dict[str, Any] = {"count": 0, "skipped": "encoding=base64 is byte-exact: not scanned"}
         facts["redacted"] = note
-        return text, {**structured, "redacted": note}
+        return text, structured, note
     kinds: dict[str, int] = {}
     masked = redactor.scrub_any(structured, kinds)
     masked_text, _ = redactor.scrub(text)
     if not kinds:
-        return text, structured
+        return text, structured, None
     note = {"count": sum(kinds.values()), "kinds": kinds}
     facts["redacted"] = note
-    return masked_text, {**masked, "redacted": note}
+    named = ", ".join(f"{kind}: {count}" for kind, count in sorted(kinds.items()))
+    masked_text += f"\n[output scrubbing masked {note['count']} secret(s): {named}]"
+    return masked_text, masked, note
 
 
 def _relayed_arguments(rt: Runtime, relayed: RelayedTool | None, arguments: dict[str, Any]) -> Any:

@@ -14,7 +14,8 @@ pass through it:
 
 Successful tool results (a command's stdout, a relayed tool's answer) are the caller's data and are not
 rewritten — unless ``[redaction] output = "mask"``: then own tools' results pass :meth:`Redactor.scrub_any`
-(``_dispatch.scrub_output``), counted in the result's ``redacted`` field, base64 reads untouched.
+(``_dispatch.scrub_output``), counted in the result's ``_meta`` (``remoteops-gateway/redacted``), base64
+reads untouched; relayed results pass through untouched by design.
 
 Two mechanisms, applied together:
 
@@ -27,6 +28,8 @@ Two mechanisms, applied together:
   GitLab, Slack, Google and Stripe tokens, ``user:password@`` in URLs, ``NAME=value`` where the name holds
   password/secret/token/api_key/access_key/credential — ``AWS_SECRET_ACCESS_KEY=…`` too), and of any *known
   secret* registered at runtime (the bearer token, upstream credentials, the audit MAC key).
+
+Mapping keys pass the pattern redaction like values (a stray field named after a secret is one).
 
 Audit arguments are also bounded (:meth:`Redactor.audit_arguments`): strings over 4096 characters and
 argument sets over :data:`MAX_AUDIT_ARGUMENTS` as JSON are recorded as digests.
@@ -210,7 +213,10 @@ class Redactor:
                 kinds[kind] = kinds.get(kind, 0) + count
             return out
         if isinstance(value, Mapping):
-            return {k: self.scrub_any(v, kinds) for k, v in value.items()}
+            return {
+                self.scrub_any(k, kinds) if isinstance(k, str) else k: self.scrub_any(v, kinds)
+                for k, v in value.items()
+            }
         if isinstance(value, (list, tuple)):
             return [self.scrub_any(v, kinds) for v in value]
         return value
@@ -249,7 +255,8 @@ class Redactor:
             return digest(value)
         if isinstance(value, Mapping):
             is_env = key is not None and key.lower() in _ALL_VALUES_SECRET
-            return {str(k): self.arguments(v, key=str(k), in_env=is_env) for k, v in value.items()}
+            # the names are scrubbed too: a caller's stray field (``{"<secret>": 1}``) is a value in disguise
+            return {self.text(str(k)): self.arguments(v, key=str(k), in_env=is_env) for k, v in value.items()}
         if isinstance(value, (list, tuple)):
             return [self.arguments(v) for v in value]
         if isinstance(value, str):
@@ -261,7 +268,7 @@ class Redactor:
     def any(self, value: Any) -> Any:
         """Pattern-scrub every string in a structure (no key-based digesting)."""
         if isinstance(value, Mapping):
-            return {str(k): self.any(v) for k, v in value.items()}
+            return {self.text(str(k)): self.any(v) for k, v in value.items()}
         if isinstance(value, (list, tuple)):
             return [self.any(v) for v in value]
         if isinstance(value, str):

@@ -302,8 +302,8 @@ class RedactionSettings(BaseModel):
 
     output: Literal["off", "mask"] = "off"
     """``mask``: command and file output returned to the client is scanned for the credential shapes
-    (``gateway._redact``) and masked, counted in the result's ``redacted`` field and the audit record;
-    byte-exact reads (``encoding = "base64"``) are never altered and say so."""
+    (``gateway._redact``) and masked, counted in the result's ``_meta`` (``remoteops-gateway/redacted``)
+    and the audit record; byte-exact reads (``encoding = "base64"``) are never altered and say so."""
 
 
 class ToolSettings(BaseModel):

@@ -43,6 +43,7 @@ IMPLEMENTED = {
     "root",
     "system",
     "admin",
+    "audit",
     "redaction",
 }
 QUICK_BUDGET_S = 600.0

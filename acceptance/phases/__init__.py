@@ -28,6 +28,7 @@ MODULES = (
     "sessions",
     "root",
     "system",
+    "audit",  # after every gateway the run starts, before redaction (which searches its outputs too)
     "redaction",
 )
 

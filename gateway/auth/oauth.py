@@ -4,7 +4,18 @@
 is verified with PyJWT against the issuer's JWKS: signature with an allowed asymmetric algorithm (never
 ``none``, never a shared secret; the header's ``alg`` must be allowed and match the key), ``iss`` exactly
 the configured issuer, ``aud`` naming this resource (RFC 8707), ``exp``/``nbf``/``iat`` with a small
-leeway. The JWKS is fetched with httpx, cached for ``jwks_max_age_s``, and refetched when a token names an
+leeway.
+
+Audience matching is exact: ``aud`` (or one of its members) must equal, character for character, one of
+:func:`resource_audiences` — the resource URL as configured (``auth.oauth.resource``, else the served
+URL) or as the RFC 9728 metadata spells it (the same URL parsed once: scheme and host lower-cased, a
+default port dropped, an empty path written ``/``). The normalization is applied to the resource side
+only, so it never widens what a token may say: no trailing-slash tolerance (``…/mcp/`` is another
+resource), no prefix or parent-path match (the SDK's ``check_resource_allowed`` matches path prefixes;
+the gateway turns the SDK's resource check off and does its own), no case folding of the path. The same
+rule holds for JWTs and for introspection answers.
+
+The JWKS is fetched with httpx, cached for ``jwks_max_age_s``, and refetched when a token names an
 unknown ``kid`` — at most once per ``jwks_min_refresh_s`` however many such tokens arrive, so a flood of
 made-up ``kid`` values cannot turn the gateway into a load generator against its IdP.
 
@@ -38,11 +49,12 @@ import httpx
 import jwt
 import structlog
 from mcp.server.auth.provider import AccessToken, TokenVerifier
+from pydantic import AnyHttpUrl, ValidationError
 
 from gateway.auth.policy import GROUPS_CLAIM, KIND_CLAIM
 from gateway.config import OAuthSettings
 
-__all__ = ["JwksCache", "OAuthVerifier"]
+__all__ = ["JwksCache", "OAuthVerifier", "resource_audiences"]
 
 _log = structlog.get_logger("gateway.oauth")
 _MAX_JWKS_BYTES = 256 * 1024
@@ -117,6 +129,16 @@ class JwksCache:
         self._fetched_at = self._clock()
 
 
+def resource_audiences(resource: str) -> frozenset[str]:
+    """The ``aud`` values that name ``resource``: itself, and its spelling in the RFC 9728 metadata (the
+    SDK serves the URL as pydantic parses it). Nothing derived from a token: matching stays exact."""
+    try:
+        advertised = str(AnyHttpUrl(resource))
+    except ValidationError:
+        return frozenset({resource})
+    return frozenset({resource, advertised})
+
+
 def _scopes(claims: dict[str, Any]) -> list[str]:
     scope = claims.get("scope", claims.get("scp", ""))
     if isinstance(scope, str):
@@ -156,7 +178,7 @@ class OAuthVerifier(TokenVerifier):
     ) -> None:
         self._cfg = cfg
         self.resource = resource
-        self._audiences = [resource.removesuffix("/"), resource.removesuffix("/") + "/"]
+        self.audiences = resource_audiences(resource)
         self._secret = introspection_secret
         self._clock = clock
         self._client: httpx.AsyncClient | None = None
@@ -225,7 +247,7 @@ class OAuthVerifier(TokenVerifier):
                 token,
                 key,
                 algorithms=[alg],
-                audience=self._audiences,
+                audience=sorted(self.audiences),
                 issuer=self._cfg.issuer,
                 leeway=self._cfg.leeway_s,
                 options={"require": ["exp", "iss", "aud", "sub"]},
@@ -346,6 +368,6 @@ class OAuthVerifier(TokenVerifier):
             return self._reject("wrong_issuer")
         aud = answer.get("aud")
         auds = [aud] if isinstance(aud, str) else aud if isinstance(aud, list) else []
-        if not set(auds) & set(self._audiences):
+        if not any(isinstance(a, str) and a in self.audiences for a in auds):
             return self._reject("wrong_audience")
         return self._access_token(token, answer)

@@ -3,12 +3,18 @@
 from __future__ import annotations
 
 import json
-import time
+import secrets
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
 import anyio
+import httpx2
 import pytest
+from mcp import Client
+from mcp.client.streamable_http import streamable_http_client
+from mcp.shared.exceptions import MCPError
 from structlog.testing import capture_logs
 
 from gateway._redact import Redactor, digest
@@ -19,6 +25,7 @@ from gateway.audit.verify import verify_files, verify_lines
 from gateway.cli import main
 from gateway.config import AuditShipSettings
 from tests.fixtures.collector import run_collector
+from tests.fixtures.gateway_proc import run_gateway
 
 pytestmark = pytest.mark.anyio
 
@@ -236,6 +243,76 @@ async def test_the_mac_key_is_in_no_log_record_or_config_check_output(
     assert key_hex not in out.out + out.err
 
 
+@pytest.mark.slow  # a gateway subprocess
+async def test_a_planted_mac_key_is_in_no_log_line_audit_record_result_or_config_check_of_a_real_gateway(
+    tmp_path: Path,
+) -> None:
+    """The key is a known value (a configured key file, as a systemd credential would be) and is planted
+    where a careless path would echo it: a command's argv and env, a field name that fails validation, an
+    unknown target. Every output is then searched: the gateway's stderr at debug level, every audit file
+    and the head, every result, ``config check`` and ``audit verify``. (Not planted: an unknown tool's
+    name, which the protocol error echoes back to the caller who sent it, unredacted.)"""
+    key_hex = secrets.token_hex(32)
+    key_file = tmp_path / "audit-credential"
+    key_file.write_text(key_hex + "\n", encoding="ascii")
+    key_file.chmod(0o600)
+    (tmp_path / "gw").mkdir()
+    config = {
+        "log_level": "debug",
+        "audit": {"key_file": str(key_file)},
+        "targets": [{"name": "t1", "host": "127.0.0.1", "port": 1}],  # nothing listens: connect_error
+    }
+    planted_calls: list[tuple[str, dict[str, Any]]] = [
+        ("remote_exec", {"target": "t1", "argv": ["echo", key_hex], "env": {"K": key_hex}}),
+        ("remote_exec", {"target": "t1", "argv": ["true"], key_hex: 1}),  # validation_error names the field
+        ("remote_exec", {"target": key_hex, "argv": ["true"]}),  # an unknown target
+        ("gateway_health", {}),
+    ]
+    results: list[str] = []
+    with run_gateway(tmp_path / "gw", config) as gw:
+        http = httpx2.AsyncClient(headers=gw.headers(), timeout=httpx2.Timeout(30))
+        async with http, Client(streamable_http_client(gw.url, http_client=http), mode="legacy") as client:
+            with anyio.fail_after(60):
+                results.append((await client.list_tools()).model_dump_json())
+                for name, arguments in planted_calls:
+                    try:
+                        results.append((await client.call_tool(name, arguments)).model_dump_json())
+                    except MCPError as exc:  # a protocol-level refusal: its message is a result too
+                        results.append(f"{exc.error.code} {exc.error.message} {exc.error.data}")
+    assert gw.exit_code == 0
+    state = gw.state_dir
+    audit_text = "".join(p.read_text(encoding="utf-8") for p in sorted(state.glob("audit.jsonl*")))
+    records = [json.loads(line) for line in audit_text.splitlines()]
+    planted = [r for r in records if "[REDACTED]" in json.dumps(r)]
+    assert len(planted) == 3, records  # positive control: the planted calls reached the audit, masked
+    config_path = tmp_path / "gw" / "gateway.toml"
+    checks = []
+    for argv in (["config", "check"], ["audit", "verify"]):
+        done = subprocess.run(  # noqa: ASYNC221 - a short command line run, bounded
+            [sys.executable, "-m", "gateway", "--config", str(config_path), *argv],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+        assert done.returncode == 0, done.stderr
+        checks.append(done.stdout + done.stderr)
+    outputs = {
+        "stderr": gw.stderr_text(),
+        "audit": audit_text,
+        "head": (state / "audit.head").read_text(encoding="ascii"),
+        "results": "\n".join(results),
+        "config check": checks[0],
+        "audit verify": checks[1],
+        "state files": "".join(
+            p.read_text(encoding="utf-8", errors="replace") for p in state.rglob("*") if p.is_file()
+        ),
+    }
+    assert len(results) == len(planted_calls) + 1
+    found = [name for name, text in outputs.items() if key_hex in text or key_hex.upper() in text]
+    assert found == []
+
+
 async def test_audit_verify_exits_0_intact_1_tampered_2_without_a_key(tmp_path: Path) -> None:
     await _write(tmp_path, 10)
     config = tmp_path / "gw.toml"
@@ -262,57 +339,8 @@ async def test_a_one_mebibyte_argument_is_recorded_as_its_digest_not_whole(tmp_p
     assert second["capped"] is True
 
 
-async def _rate(state: Path, chained: bool, count: int) -> float:
-    """Records per second through the whole audit path: rendered and redacted on the loop, written (and
-    sealed, when chained) by the writer thread, at 10,000 records per burst."""
-    log = AuditLog(
-        state / f"bench-{chained}.jsonl",
-        max_bytes=1 << 30,
-        backups=1,
-        redactor=Redactor(),
-        key_file=state / "bench.key" if chained else None,
-    )
-    async with log:
-        started = time.perf_counter()
-        for burst in range(count // 5000):
-            for i in range(5000):
-                _record(log, burst * 5000 + i, argv=["uname", "-a"], note="y" * 200)
-            with anyio.fail_after(30):
-                await log.flush()
-        elapsed = time.perf_counter() - started
-    assert log.status()["records_written"] == count
-    return count / elapsed
-
-
-@pytest.mark.slow  # ~10 s of bursts
-async def test_chaining_costs_at_most_a_tenth_of_the_audit_throughput(tmp_path: Path) -> None:
-    rates: dict[bool, float] = {}
-    for chained in (False, True, False, True):  # interleaved, best of two: load from others evens out
-        rates[chained] = max(rates.get(chained, 0.0), await _rate(tmp_path, chained, 20_000))
-    print(f"audit throughput: {rates[False]:.0f} records/s unchained, {rates[True]:.0f} chained")
-    assert rates[True] >= 0.9 * rates[False]
-
-
-@pytest.mark.slow  # a timing: alone on the machine, not beside the fast tier
-def test_verification_walks_at_least_100k_records_per_second(tmp_path: Path) -> None:
-    from gateway.audit.chain import Chain, HeadFile
-    from gateway.audit.log import _AuditFile
-
-    key = bytes(range(32))
-    audit = _AuditFile(tmp_path / "audit.jsonl", 1 << 30, 1)
-    audit.chain = Chain(key, HeadFile(tmp_path / "audit.head", key))
-    line = json.dumps(
-        {"event": "tool_call", "tool": "remote_exec", "arguments": {"argv": ["uname"]}, "x": "y" * 200}
-    )
-    for _ in range(200):
-        audit.append([line] * 1000)
-    started = time.process_time()  # CPU time: the machine is shared by parallel runs
-    report = verify_files(tmp_path / "audit.jsonl", key, head_file=tmp_path / "audit.head")
-    rate = report.records / (time.process_time() - started)
-    print(f"audit verify: {rate:.0f} records/s")
-    assert report.problem is None
-    assert report.records == 200_000
-    assert rate >= 100_000
+# Throughput and verification speed are measured by acceptance/bench_audit.py (a table, interleaved rounds,
+# wall and CPU time), not asserted here: a timing is no test on a shared machine.
 
 
 def test_the_well_known_credential_shapes_are_masked_in_any_redacted_text() -> None:
@@ -369,25 +397,38 @@ def test_output_scrubbing_masks_and_counts_planted_keys_and_is_off_by_default() 
     assert Settings().redaction.output == "off"  # off: results are not touched at all (_run_own)
     facts: dict[str, Any] = {}
     exec_out = {"exit_code": 0, "stdout": f"{PEM}\nkey={CLOUD}\n", "stderr": ""}
-    text, out = scrub_output(Redactor(), f"exit 0\n{PEM}\n{CLOUD}", exec_out, facts)
+    text, out, note = scrub_output(Redactor(), f"exit 0\n{PEM}\n{CLOUD}", exec_out, facts)
     assert PEM not in out["stdout"]
     assert CLOUD not in out["stdout"]
     assert PEM not in text
     assert CLOUD not in text
-    assert out["redacted"]["count"] == 2
-    assert set(out["redacted"]["kinds"]) == {"private_key", "aws_access_key_id"}
-    assert facts["redacted"] == out["redacted"]  # in the audit record too
+    assert note is not None
+    assert note["count"] == 2
+    assert set(note["kinds"]) == {"private_key", "aws_access_key_id"}
+    assert set(out) == set(exec_out)  # the structured content keeps the tool's schema (no extra member)
+    assert "output scrubbing masked 2 secret(s)" in text  # the text says so
+    assert facts["redacted"] == note  # in the audit record too
     read_out = {
         "path": "/etc/app/.env",
         "content": "AWS_SECRET_ACCESS_KEY=wJalrXUtnFEMI/K7MDENG\n",
         "encoding": "utf-8",
     }
-    _, masked = scrub_output(Redactor(), "", read_out, {})
+    _, masked, _ = scrub_output(Redactor(), "", read_out, {})
     assert "wJalrXUtnFEMI/K7MDENG" not in masked["content"]
     b64 = {"path": "/k", "content": "LS0tLS1CRUdJTiBSU0EgUFJJVkFURSBLRVktLS0tLQ==", "encoding": "base64"}
-    _, unchanged = scrub_output(Redactor(), "", b64, {})
-    assert unchanged["content"] == b64["content"]
-    assert unchanged["redacted"]["count"] == 0
-    assert "skipped" in unchanged["redacted"]
+    _, unchanged, skipped = scrub_output(Redactor(), "", b64, {})
+    assert unchanged == b64
+    assert skipped is not None
+    assert skipped["count"] == 0
+    assert "skipped" in skipped
     clean = {"stdout": "hello\n"}
-    assert scrub_output(Redactor(), "hello", clean, {}) == ("hello", clean)  # nothing found: as it was
+    assert scrub_output(Redactor(), "hello", clean, {}) == ("hello", clean, None)  # nothing found: as it was
+
+
+def test_a_secret_used_as_an_argument_name_is_masked_in_the_audit_record() -> None:
+    secret = "0123456789abcdef" * 4
+    r = Redactor([secret])
+    record = r.audit_arguments({"target": "t1", secret: 1, "nested": {f"x-{secret}": "v"}})
+    assert secret not in json.dumps(record)
+    assert record["target"] == "t1"
+    assert secret not in json.dumps(r.any({secret: {"AKIAIOSFODNN7EXAMPLE": 1}}))

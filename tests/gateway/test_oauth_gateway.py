@@ -117,6 +117,14 @@ def _claims_cases(idp: AuthServer) -> dict[str, str]:
         "not_yet_valid": idp.issue("alice", "remoteops:inspect", nbf=now + 600),
         "wrong_issuer": idp.issue("alice", "remoteops:inspect", iss="http://127.0.0.1:1/evil"),
         "wrong_audience": idp.issue("alice", "remoteops:inspect", aud="https://other.example.test/mcp"),
+        "audience_with_trailing_slash": idp.issue("alice", "remoteops:inspect", aud=RESOURCE + "/"),
+        "audience_of_a_child_path": idp.issue("alice", "remoteops:inspect", aud=RESOURCE + "/x"),
+        "audience_of_the_origin": idp.issue(
+            "alice", "remoteops:inspect", aud="https://gateway.example.test/"
+        ),
+        "opaque_audience_with_trailing_slash": idp.issue_opaque(
+            "alice", "remoteops:inspect", aud=RESOURCE + "/"
+        ),
         "alg_none": idp.unsigned("alice", "remoteops:inspect"),
         "garbage": "not-a-token",
     }

@@ -110,6 +110,73 @@ async def test_a_jwt_with_bad_claims_is_refused(idp: AuthServer, claims: dict[st
         assert await verifier.verify_token(idp.issue("alice", "remoteops:inspect", **claims)) is None
 
 
+NEAR_MISS_AUDIENCES = [
+    pytest.param(RESOURCE + "/", id="trailing-slash"),
+    pytest.param("https://gateway.example.test/", id="parent-path"),
+    pytest.param("https://gateway.example.test", id="origin-only"),
+    pytest.param(RESOURCE + "/child", id="child-path"),
+    pytest.param("https://gateway.example.test/MCP", id="path-case"),
+    pytest.param(RESOURCE + "?x=1", id="query"),
+    pytest.param(RESOURCE + "#f", id="fragment"),
+    pytest.param(" " + RESOURCE, id="leading-space"),
+]
+"""Audiences that are not this resource though a lenient comparison (prefix, trailing-slash folding, the
+SDK's ``check_resource_allowed`` hierarchy) would take them for it."""
+
+
+@pytest.mark.parametrize("aud", NEAR_MISS_AUDIENCES)
+async def test_a_jwt_whose_audience_is_a_near_miss_of_the_resource_is_refused(
+    idp: AuthServer, make: Maker, aud: str
+) -> None:
+    verifier = make()
+    with anyio.fail_after(10):
+        assert await verifier.verify_token(idp.issue("alice", "remoteops:inspect", aud=aud)) is None
+        assert await verifier.verify_token(idp.issue("alice", "remoteops:inspect", aud=[aud])) is None
+        both = idp.issue("alice", "remoteops:inspect", aud=[aud, RESOURCE])
+        assert await verifier.verify_token(both) is not None  # one exact member is enough
+
+
+@pytest.mark.parametrize("aud", NEAR_MISS_AUDIENCES)
+async def test_an_introspected_token_whose_audience_is_a_near_miss_of_the_resource_is_refused(
+    idp: AuthServer, make: Maker, aud: str
+) -> None:
+    verifier = make()
+    with anyio.fail_after(10):
+        assert await verifier.verify_token(idp.issue_opaque("bob", "remoteops:inspect", aud=aud)) is None
+        assert await verifier.verify_token(idp.issue_opaque("bob", "remoteops:inspect", aud=[aud])) is None
+        both = idp.issue_opaque("bob", "remoteops:inspect", aud=[aud, RESOURCE])
+        assert await verifier.verify_token(both) is not None
+
+
+@pytest.mark.parametrize(
+    ("configured", "advertised"),
+    [
+        pytest.param("https://GW.Example.test:443/mcp", "https://gw.example.test/mcp", id="host-case-port"),
+        pytest.param("https://gw.example.test", "https://gw.example.test/", id="empty-path"),
+    ],
+)
+async def test_the_resource_as_configured_and_as_the_metadata_spells_it_are_both_its_audience(
+    idp: AuthServer, configured: str, advertised: str
+) -> None:
+    cfg = OAuthSettings.model_validate(
+        {
+            "issuer": idp.issuer,
+            "jwks_url": idp.jwks_url,
+            "introspection_url": idp.introspection_url,
+            "introspection_client_id": INTROSPECTION_CLIENT,
+        }
+    )
+    async with OAuthVerifier(cfg, resource=configured, introspection_secret=idp.introspection_secret) as v:
+        assert v.audiences == {configured, advertised}
+        with anyio.fail_after(10):
+            for aud in (configured, advertised):
+                assert await v.verify_token(idp.issue("alice", "remoteops:inspect", aud=aud)) is not None
+                assert await v.verify_token(idp.issue_opaque("bob", "remoteops:inspect", aud=aud)) is not None
+            assert (
+                await v.verify_token(idp.issue("alice", "remoteops:inspect", aud=advertised + "x/")) is None
+            )
+
+
 async def test_an_expiry_inside_the_leeway_is_still_accepted(idp: AuthServer, make: Maker) -> None:
     with anyio.fail_after(10):
         token = idp.issue("alice", "remoteops:inspect", exp=int(time.time()) - 2)
