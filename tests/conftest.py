@@ -15,6 +15,11 @@ port, work dir, keys, control-socket dir); the test users and their home directo
 workers, so tests keep what they write there under unique names. Tests sensitive to CPU load (stall,
 liveness, watchdog, loop ticker) are grouped onto one worker (``xdist_group("timing")``, added here by
 name; ops/test.sh runs ``--dist loadgroup``).
+
+Hypothesis profiles (tests/fixtures/profiles.py): ``dev`` by default, ``ci`` under ./ops/test.sh
+(derandomized, fewer examples), ``thorough`` by name (``HYPOTHESIS_PROFILE=thorough`` or
+``--hypothesis-profile thorough``); loaded here, before any test module's
+``@settings(max_examples=examples(n))`` runs.
 """
 
 from __future__ import annotations
@@ -23,9 +28,12 @@ from collections.abc import AsyncIterator, Iterator
 
 import pytest
 
-from tests.fixtures import libtmux
+from tests.fixtures import libtmux, profiles
 from tests.fixtures.sshd import SshdInstance, sshd_unavailable_reason, start_sshd
 from tests.fixtures.tiers import TIERS, kinds_reached, tier_of_kinds
+
+profiles.register_profiles()
+profiles.load_profile()
 
 pytest_plugins = ["pytester"]  # tests/test_architecture.py runs the marker hook on a scratch suite
 
