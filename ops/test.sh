@@ -46,6 +46,7 @@ fi
 ensure_venv ".[dev]"
 
 logs="${ROG_TEST_LOGS:-.cache/test-logs}"
+export logs  # read by the step functions, which run in their own `bash -c`
 rm -rf "$logs"
 mkdir -p "$logs"
 export HYPOTHESIS_PROFILE="${HYPOTHESIS_PROFILE:-ci}"
