@@ -15,6 +15,11 @@ port, work dir, keys, control-socket dir); the test users and their home directo
 workers, so tests keep what they write there under unique names. Tests sensitive to CPU load (stall,
 liveness, watchdog, loop ticker) are grouped onto one worker (``xdist_group("timing")``, added here by
 name; ops/test.sh runs ``--dist loadgroup``).
+
+Hypothesis profiles (tests/fixtures/profiles.py): ``dev`` by default, ``ci`` under ./ops/test.sh
+(derandomized, fewer examples), ``thorough`` by name (``HYPOTHESIS_PROFILE=thorough`` or
+``--hypothesis-profile thorough``); loaded here, before any test module's
+``@settings(max_examples=examples(n))`` runs.
 """
 
 from __future__ import annotations
@@ -23,9 +28,12 @@ from collections.abc import AsyncIterator, Iterator
 
 import pytest
 
-from tests.fixtures import libtmux
+from tests.fixtures import libtmux, profiles
 from tests.fixtures.sshd import SshdInstance, sshd_unavailable_reason, start_sshd
 from tests.fixtures.tiers import TIERS, kinds_reached, tier_of_kinds
+
+profiles.register_profiles()
+profiles.load_profile()
 
 pytest_plugins = ["pytester"]  # tests/test_architecture.py runs the marker hook on a scratch suite
 
@@ -38,9 +46,13 @@ TIMING_GROUP = "timing"
 FRONT_GROUPS = ("acceptance-quick", TIMING_GROUP)
 
 
+def _group_name(mark: pytest.Mark) -> str:
+    return str(mark.args[0] if mark.args else mark.kwargs.get("name", "default"))
+
+
 def _front_rank(item: pytest.Item) -> int:
     group = item.get_closest_marker("xdist_group")
-    name = (group.args[0] if group.args else group.kwargs.get("name")) if group is not None else None
+    name = _group_name(group) if group is not None else None
     return FRONT_GROUPS.index(name) if name in FRONT_GROUPS else len(FRONT_GROUPS)
 
 
@@ -95,6 +107,23 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         if _is_timing(item) and item.get_closest_marker("xdist_group") is None:
             item.add_marker(pytest.mark.xdist_group(TIMING_GROUP))
     items.sort(key=_front_rank)  # stable: every other test keeps its collection order
+
+
+@pytest.hookimpl(trylast=True, specname="pytest_collection_modifyitems")  # after pytest-xdist's own hook
+def pytest_collection_modifyitems_loadgroup(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """``--dist loadgroup`` for pytest >= 9: a worker names a grouped test ``<nodeid>@<group>``, which is
+    what the controller's LoadGroupScheduling keeps on one worker. pytest-xdist (3.8) sets ``item._nodeid``
+    for that, which pytest 9 no longer reads (a node's id lives in ``item._id``): without this, every group
+    was spread over all workers, and each worker handed a quick-acceptance test ran the whole quick run."""
+    if not getattr(config.option, "loadgroup", False):
+        return
+    for item in items:
+        names = sorted({_group_name(mark) for mark in item.iter_markers("xdist_group")})
+        suffix = f"@{'_'.join(names)}"
+        if names and not item.nodeid.endswith(suffix) and hasattr(item, "_id"):
+            from _pytest.nodeid import NodeId  # pytest >= 9 only (older ones read xdist's _nodeid)
+
+            item._id = NodeId.parse(item.nodeid + suffix)
 
 
 @pytest.fixture(scope="session")

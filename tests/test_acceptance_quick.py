@@ -1,7 +1,11 @@
 """The acceptance command in quick mode, as CI runs it: ``python -m acceptance --quick``. Its report must say
 every implemented phase passed (or was skipped with its reason), a phase is ``not_built`` exactly when the
 registry lists its capability as not landed (never passed), each phase verified its cleanup, and the run
-left nothing behind. How a ``not_built`` phase is reported and rendered: tests/test_acceptance_report.py."""
+left nothing behind. How a ``not_built`` phase is reported and rendered: tests/test_acceptance_report.py.
+
+``./ops/test.sh`` runs the quick run as its own step beside pytest and then this module over the report that
+step wrote (``ROG_ACCEPTANCE_QUICK_OUT``: the ``--out`` directory, with the run's ``exit-status`` and
+``stderr.log`` beside the reports); run on its own, the module fixture runs the quick run itself."""
 
 from __future__ import annotations
 
@@ -22,6 +26,7 @@ from acceptance._runner import selected_phases
 from tests.fixtures.procs import pid_runs
 
 ROOT = Path(__file__).resolve().parents[1]
+OUT_ENV = "ROG_ACCEPTANCE_QUICK_OUT"
 IMPLEMENTED = {
     "exec",
     "files",
@@ -91,19 +96,32 @@ def _run_reaped(argv: list[str], timeout_s: float, grace_s: float = 60) -> subpr
     return subprocess.CompletedProcess(argv, proc.returncode, out, err)
 
 
+def _step_run(out: Path) -> tuple[int, str]:
+    """The exit status and stderr of the quick run ``./ops/test.sh`` made in ``out`` (its acceptance step)."""
+    status = out / "exit-status"
+    assert status.exists(), f"{OUT_ENV}={out} holds no exit-status: the acceptance step did not finish"
+    stderr = out / "stderr.log"
+    return int(status.read_text().strip()), stderr.read_text(errors="replace") if stderr.exists() else ""
+
+
 @pytest.fixture(scope="module")
 def report(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     if sys.platform != "linux":
         pytest.skip("the acceptance suite drives Linux-only peers (sshd, /proc, namespaces)")
-    out = tmp_path_factory.mktemp("acceptance")
-    argv = [sys.executable, "-m", "acceptance", "--quick", "--out", str(out)]
-    run = _run_reaped(argv, timeout_s=QUICK_BUDGET_S + 120)
+    if given := os.environ.get(OUT_ENV):
+        out = Path(given)
+        returncode, stderr = _step_run(out)
+    else:
+        out = tmp_path_factory.mktemp("acceptance")
+        argv = [sys.executable, "-m", "acceptance", "--quick", "--out", str(out)]
+        run = _run_reaped(argv, timeout_s=QUICK_BUDGET_S + 120)
+        returncode, stderr = run.returncode, f"{run.stdout}\n{run.stderr}"
     json_path, md_path = out / "acceptance-report.json", out / "acceptance-report.md"
-    assert json_path.exists(), f"exit {run.returncode}\n{run.stdout}\n{run.stderr[-6000:]}"
+    assert json_path.exists(), f"exit {returncode}\n{stderr[-6000:]}"
     data: dict[str, Any] = json.loads(json_path.read_text(encoding="utf-8"))
     data["_markdown"] = md_path.read_text(encoding="utf-8")
-    data["_returncode"] = run.returncode
-    data["_stderr"] = run.stderr[-6000:]
+    data["_returncode"] = returncode
+    data["_stderr"] = stderr[-6000:]
     return data
 
 

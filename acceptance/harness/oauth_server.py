@@ -29,7 +29,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
-__all__ = ["AuthServer", "run_auth_server"]
+__all__ = ["INTROSPECTION_CLIENT", "AuthServer", "run_auth_server"]
 
 INTROSPECTION_CLIENT = "remoteops-gateway"
 

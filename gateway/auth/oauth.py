@@ -175,12 +175,17 @@ class OAuthVerifier(TokenVerifier):
         resource: str,
         introspection_secret: str | None = None,
         clock: Callable[[], float] = time.monotonic,
+        wall_clock: Callable[[], float] = time.time,
     ) -> None:
+        """``clock`` measures the JWKS ages and the refusal TTL; ``wall_clock`` (seconds since the epoch) is
+        what an introspection answer's ``exp`` and its cached lifetime are compared with (a JWT's ``exp`` is
+        PyJWT's to check, against the real time)."""
         self._cfg = cfg
         self.resource = resource
         self.audiences = resource_audiences(resource)
         self._secret = introspection_secret
         self._clock = clock
+        self._wall_clock = wall_clock
         self._client: httpx.AsyncClient | None = None
         self.jwks = (
             JwksCache(
@@ -309,7 +314,7 @@ class OAuthVerifier(TokenVerifier):
         """(known, the cached answer): an unexpired acceptance, or a refusal still inside its TTL."""
         accepted = self._introspected.get(digest)
         if accepted is not None:
-            if accepted[1] > time.time():
+            if accepted[1] > self._wall_clock():
                 return True, accepted[0]
             del self._introspected[digest]
         refused_until = self._refused.get(digest)
@@ -321,7 +326,7 @@ class OAuthVerifier(TokenVerifier):
         return False, None
 
     async def _introspect_now(self, token: str, digest: str) -> AccessToken | None:
-        now = time.time()
+        now = self._wall_clock()
         answer = await self._ask_introspection(token)
         if answer is None:
             return None  # no answer (unreachable, an error status): nothing learnt, nothing cached

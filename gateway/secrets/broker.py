@@ -93,8 +93,12 @@ class _Entered:
 class SecretBroker:
     """Owns the one-time links and the entered passwords; ``base_url`` is where the page is served."""
 
-    def __init__(self, settings: RootSettings, redactor: Redactor) -> None:
+    def __init__(
+        self, settings: RootSettings, redactor: Redactor, *, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        """``clock`` (monotonic seconds) measures the links' and the entered passwords' lifetimes."""
         self._settings = settings
+        self._clock = clock
         self._redactor = redactor
         self._entries: dict[str, Entry] = {}
         self._entered: dict[tuple[str, str, str, str], _Entered] = {}
@@ -137,7 +141,7 @@ class SecretBroker:
 
     # -- the page's side ---------------------------------------------------------------------------------
     def _sweep(self) -> None:
-        now = time.monotonic()
+        now = self._clock()
         for token in [t for t, e in self._entries.items() if not e.live(now)]:
             entry = self._entries.pop(token)
             if not entry.done:
@@ -153,7 +157,7 @@ class SecretBroker:
         """The live entry behind a link, or None (unknown, used or expired look the same)."""
         self._sweep()
         entry = self._entries.get(token)
-        return entry if entry is not None and entry.live(time.monotonic()) else None
+        return entry if entry is not None and entry.live(self._clock()) else None
 
     def submit(self, entry: Entry, password: str) -> bool:
         """The human entered ``password`` on ``entry``'s page: claim the link, once.
@@ -162,7 +166,7 @@ class SecretBroker:
         submissions on two connections can both hold the live entry. The claim is the check-and-set below
         (no ``await`` between them, so it is atomic on the event loop): the first submission that completes
         uses the link up; every later one is refused (False → 410) and changes nothing."""
-        if not entry.live(time.monotonic()):
+        if not entry.live(self._clock()):
             return False
         value = bytearray(password.encode())
         self._redactor.add_secret(password)
@@ -176,7 +180,7 @@ class SecretBroker:
             old = self._entered.pop(key, None)
             if old is not None:
                 wipe(old.secret)
-            self._entered[key] = _Entered(value, password, time.monotonic() + self._settings.secret_ttl_s)
+            self._entered[key] = _Entered(value, password, self._clock() + self._settings.secret_ttl_s)
         entry.submitted.set()
         return True
 
@@ -193,7 +197,7 @@ class SecretBroker:
 
     def request_state(self, entry_url: str, principal: str) -> str:
         """An opaque ``request_state`` naming the link of ``entry_url`` for ``principal``'s retry."""
-        now = time.monotonic()
+        now = self._clock()
         for key in [k for k, (_, _, expiry) in self._states.items() if now >= expiry]:
             del self._states[key]
         state = secrets.token_urlsafe(24)
@@ -204,7 +208,7 @@ class SecretBroker:
     def resume(self, state: str, principal: str, action: str) -> Resume | None:
         """The retry's :class:`Resume`, when ``state`` is one this broker issued to ``principal``."""
         found = self._states.pop(state, None)
-        if found is None or found[1] != principal or time.monotonic() >= found[2]:
+        if found is None or found[1] != principal or self._clock() >= found[2]:
             return None
         return Resume(token=found[0], action=action)
 
@@ -219,7 +223,7 @@ class SecretBroker:
             account=request.account,
             login=request.login,
             principal=principal,
-            expires=time.monotonic() + self._settings.secret_ttl_s,
+            expires=self._clock() + self._settings.secret_ttl_s,
             waiting=waiting,
         )
         self._entries[entry.token] = entry
@@ -311,7 +315,7 @@ class SecretBroker:
                 reason="declined",
                 provider=request.provider,
             )
-        with anyio.move_on_after(max(0.0, entry.expires - time.monotonic())):
+        with anyio.move_on_after(max(0.0, entry.expires - self._clock())):
             await entry.submitted.wait()
         return self._take_entered(request, principal)
 
@@ -335,7 +339,7 @@ class SecretBroker:
                 reason="declined",
                 provider=request.provider,
             )
-        with anyio.move_on_after(max(0.0, entry.expires - time.monotonic())):
+        with anyio.move_on_after(max(0.0, entry.expires - self._clock())):
             await entry.submitted.wait()
         secret, entry.secret = entry.secret, None
         if secret is None:

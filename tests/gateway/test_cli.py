@@ -4,42 +4,65 @@ and warnings, startup failures as one line with exit status 2 (never a traceback
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import socket
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from gateway._catalog import build_catalog
 from gateway._version import __version__
-from gateway.cli import _parser
-
-pytestmark = pytest.mark.slow  # each test spawns the command line (~1-2 s apiece)
+from gateway.cli import _parser, main
 
 _TIMEOUT_S = 60
 
+Cli = Callable[..., subprocess.CompletedProcess[str]]
 
-def _cli(
-    *args: str, env: dict[str, str] | None = None, cwd: Path | None = None
-) -> subprocess.CompletedProcess[str]:
+
+def _cli_process(*args: str) -> subprocess.CompletedProcess[str]:
+    """``python -m gateway ARGS`` as a process (smoke tests: the entry point, a real pipe, a real bind)."""
     base = {k: v for k, v in os.environ.items() if not k.startswith("REMOTEOPS_GATEWAY")}
     return subprocess.run(
         [sys.executable, "-m", "gateway", *args],
-        cwd=cwd,
         capture_output=True,
         text=True,
         timeout=_TIMEOUT_S,
         check=False,
-        env={**base, **(env or {})},
+        env=base,
         stdin=subprocess.DEVNULL,
     )
 
 
+@pytest.fixture
+def cli(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> Cli:
+    """The command line in-process: ``main(argv)`` with its stdout and stderr captured, the exit status of
+    ``main`` or of argparse's ``SystemExit``, and no ``REMOTEOPS_GATEWAY*`` variable of the caller's."""
+    for key in [k for k in os.environ if k.startswith("REMOTEOPS_GATEWAY")]:
+        monkeypatch.delenv(key)
+
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        capsys.readouterr()  # what an earlier call printed is not this call's
+        code: int | str | None
+        try:
+            code = main(list(args))
+        except SystemExit as exc:  # --help, and argparse refusing an argument
+            code = exc.code
+        with contextlib.suppress(ValueError, OSError):
+            sys.stdout.flush()
+        out = capsys.readouterr()
+        return subprocess.CompletedProcess(["remoteops-gateway", *args], int(code or 0), out.out, out.err)
+
+    return run
+
+
 def _one_line_failure(out: subprocess.CompletedProcess[str], *needles: str) -> str:
-    """Exit 2, exactly one line on stderr, no traceback; the line contains every needle."""
+    """Exit 2, exactly one line on stderr, no traceback (in-process: ``main`` returned instead of raising);
+    the line contains every needle."""
     assert out.returncode == 2, (out.returncode, out.stderr)
     assert "Traceback" not in out.stderr, out.stderr
     lines = out.stderr.strip().splitlines()
@@ -50,7 +73,7 @@ def _one_line_failure(out: subprocess.CompletedProcess[str], *needles: str) -> s
 
 
 def test_version_prints_the_package_version() -> None:
-    out = _cli("--version")
+    out = _cli_process("--version")  # a smoke test of the entry point itself
     assert out.returncode == 0
     assert out.stdout.strip() == f"remoteops-gateway {__version__}"
 
@@ -77,8 +100,8 @@ def test_every_option_of_every_subcommand_has_help_text() -> None:
 
 
 @pytest.mark.parametrize("argv", [(), ("serve",), ("demo",), ("config",), ("config", "check"), ("tools",)])
-def test_help_has_no_rest_markup_and_the_main_commands_show_examples(argv: tuple[str, ...]) -> None:
-    out = _cli(*argv, "--help")
+def test_help_has_no_rest_markup_and_the_main_commands_show_examples(cli: Cli, argv: tuple[str, ...]) -> None:
+    out = cli(*argv, "--help")
     assert out.returncode == 0, out.stderr
     for markup in ("``", ":class:", ":func:", ":data:", ".. "):
         assert markup not in out.stdout, (markup, out.stdout)
@@ -86,27 +109,27 @@ def test_help_has_no_rest_markup_and_the_main_commands_show_examples(argv: tuple
         assert "examples:" in out.stdout
 
 
-def test_config_is_accepted_after_the_subcommand_too(tmp_path: Path) -> None:
+def test_config_is_accepted_after_the_subcommand_too(cli: Cli, tmp_path: Path) -> None:
     cfg = tmp_path / "g.toml"
     cfg.write_text("[server]\nport = 9123\n")
-    before = _cli("--config", str(cfg), "config", "check")
-    after = _cli("config", "check", "--config", str(cfg))
-    middle = _cli("config", "--config", str(cfg), "check")
+    before = cli("--config", str(cfg), "config", "check")
+    after = cli("config", "check", "--config", str(cfg))
+    middle = cli("config", "--config", str(cfg), "check")
     for out in (before, after, middle):
         assert out.returncode == 0, out.stderr
         assert '"port": 9123' in out.stdout
 
 
-def test_config_check_ends_with_a_one_line_verdict(tmp_path: Path) -> None:
+def test_config_check_ends_with_a_one_line_verdict(cli: Cli, tmp_path: Path) -> None:
     cfg = tmp_path / "g.toml"
     cfg.write_text('[[targets]]\nname = "web1"\nhost = "web1"\n')
-    out = _cli("--config", str(cfg), "config", "check")
+    out = cli("--config", str(cfg), "config", "check")
     assert out.returncode == 0, out.stderr
     last = out.stderr.strip().splitlines()[-1]
     assert last.startswith("remoteops-gateway: configuration OK: 1 target(s), 0 upstream(s)"), last
 
 
-def test_config_check_warns_about_a_stdio_upstream_command_missing_on_path(tmp_path: Path) -> None:
+def test_config_check_warns_about_a_stdio_upstream_command_missing_on_path(cli: Cli, tmp_path: Path) -> None:
     cfg = tmp_path / "g.toml"
     cfg.write_text(
         "[[upstreams]]\n[upstreams.connection]\n"
@@ -114,7 +137,7 @@ def test_config_check_warns_about_a_stdio_upstream_command_missing_on_path(tmp_p
         "[[upstreams]]\n[upstreams.connection]\n"
         f'name = "fine"\ntransport = "stdio"\ncommand = ["{sys.executable}", "-V"]\n'
     )
-    out = _cli("--config", str(cfg), "config", "check")
+    out = cli("--config", str(cfg), "config", "check")
     assert out.returncode == 0, out.stderr
     warnings = [line for line in out.stderr.splitlines() if line.startswith("warning:")]
     assert len(warnings) == 1, out.stderr
@@ -123,7 +146,7 @@ def test_config_check_warns_about_a_stdio_upstream_command_missing_on_path(tmp_p
     assert "1 warning(s)" in out.stderr.strip().splitlines()[-1]
 
 
-def test_config_check_masks_secrets_with_the_redactors_rules(tmp_path: Path) -> None:
+def test_config_check_masks_secrets_with_the_redactors_rules(cli: Cli, tmp_path: Path) -> None:
     secret = "X-Api-Key-Value-Not-For-Eyes-42"
     cfg = tmp_path / "g.toml"
     cfg.write_text(
@@ -132,21 +155,23 @@ def test_config_check_masks_secrets_with_the_redactors_rules(tmp_path: Path) -> 
         f'headers = {{ X-Api-Key = "{secret}" }}\n'
         f'bearer_token_file = "{tmp_path / "up-token"}"\n'
     )
-    out = _cli("--config", str(cfg), "config", "check")
+    out = cli("--config", str(cfg), "config", "check")
     assert out.returncode == 0, out.stderr
     assert secret not in out.stdout + out.stderr
     assert '"sha256_prefix"' in out.stdout  # digested by the one Redactor, as audit records are
     assert str(tmp_path / "up-token") in out.stdout  # a path is no secret: it stays readable
 
 
-def test_an_upstream_token_file_that_is_not_utf8_does_not_crash_config_check(tmp_path: Path) -> None:
+def test_an_upstream_token_file_that_is_not_utf8_does_not_crash_config_check(
+    cli: Cli, tmp_path: Path
+) -> None:
     token = _private_token_file(tmp_path / "up-token", b"\xff\xfe\xfd")
     cfg = tmp_path / "g.toml"
     cfg.write_text(
         "[[upstreams]]\n[upstreams.connection]\n"
         f'name = "term"\ntransport = "http"\nurl = "http://127.0.0.1:1/mcp"\nbearer_token_file = "{token}"\n'
     )
-    out = _cli("--config", str(cfg), "config", "check")
+    out = cli("--config", str(cfg), "config", "check")
     assert out.returncode == 0, out.stderr
     assert "Traceback" not in out.stderr
 
@@ -278,30 +303,30 @@ def _private_token_file(path: Path, content: bytes) -> Path:
     return path
 
 
-def test_a_token_file_that_is_not_utf8_is_one_line_naming_it(tmp_path: Path) -> None:
+def test_a_token_file_that_is_not_utf8_is_one_line_naming_it(cli: Cli, tmp_path: Path) -> None:
     token = _private_token_file(tmp_path / "state" / "token", b"\xff\xfe" + b"a" * 40 + b"\n")
-    out = _cli("--config", str(_http_config(tmp_path)), "serve", "--http", "--port", "0")
+    out = cli("--config", str(_http_config(tmp_path)), "serve", "--http", "--port", "0")
     _one_line_failure(out, str(token), "UTF-8")
 
 
-def test_a_directory_at_the_token_path_is_one_line_naming_it(tmp_path: Path) -> None:
+def test_a_directory_at_the_token_path_is_one_line_naming_it(cli: Cli, tmp_path: Path) -> None:
     token = tmp_path / "state" / "token"
     token.mkdir(parents=True)
-    out = _cli("--config", str(_http_config(tmp_path)), "serve", "--http", "--port", "0")
+    out = cli("--config", str(_http_config(tmp_path)), "serve", "--http", "--port", "0")
     _one_line_failure(out, str(token), "directory")
 
 
-def test_a_state_dir_that_is_a_file_is_one_line_naming_it(tmp_path: Path) -> None:
+def test_a_state_dir_that_is_a_file_is_one_line_naming_it(cli: Cli, tmp_path: Path) -> None:
     (tmp_path / "state").write_text("not a directory\n")
     for mode in ("--http", "--stdio"):
-        out = _cli("--config", str(_http_config(tmp_path)), "serve", mode, "--port", "0")
+        out = cli("--config", str(_http_config(tmp_path)), "serve", mode, "--port", "0")
         _one_line_failure(out, str(tmp_path / "state"), "state_dir")
 
 
 @pytest.mark.parametrize("bad", ["\x1b[2J", "\x00", "\x7f", "\u0085"])
-def test_a_token_holding_control_characters_is_refused(tmp_path: Path, bad: str) -> None:
+def test_a_token_holding_control_characters_is_refused(cli: Cli, tmp_path: Path, bad: str) -> None:
     token = _private_token_file(tmp_path / "state" / "token", f"abcdefgh{bad}ijklmnopqrstuvwx\n".encode())
-    out = _cli("--config", str(_http_config(tmp_path)), "serve", "--http", "--port", "0")
+    out = cli("--config", str(_http_config(tmp_path)), "serve", "--http", "--port", "0")
     line = _one_line_failure(out, str(token), "control characters")
     assert bad not in line
 
@@ -311,18 +336,19 @@ def test_a_port_already_in_use_is_one_line_naming_host_and_port(tmp_path: Path) 
         taken.bind(("127.0.0.1", 0))
         taken.listen(1)
         port = taken.getsockname()[1]
-        out = _cli("--config", str(_http_config(tmp_path)), "serve", "--http", "--port", str(port))
+        # a process (the bind is real, and serve configures the process's logging before it)
+        out = _cli_process("--config", str(_http_config(tmp_path)), "serve", "--http", "--port", str(port))
     _one_line_failure(out, f"127.0.0.1:{port}", "already in use")
 
 
-def test_the_acceptance_suite_is_no_subcommand_of_the_product() -> None:
+def test_the_acceptance_suite_is_no_subcommand_of_the_product(cli: Cli) -> None:
     # The suite is `python -m acceptance` of a source checkout; the installed command never reaches it.
-    out = _cli("acceptance", "--quick")
+    out = cli("acceptance", "--quick")
     assert out.returncode == 2
     assert "acceptance" not in _subparsers(_parser())
 
 
-def test_an_unknown_argument_of_another_subcommand_is_still_refused() -> None:
-    out = _cli("tools", "--quick")
+def test_an_unknown_argument_of_another_subcommand_is_still_refused(cli: Cli) -> None:
+    out = cli("tools", "--quick")
     assert out.returncode == 2
     assert "unrecognized arguments: --quick" in out.stderr

@@ -38,6 +38,7 @@ from gateway._runtime import Runtime
 from gateway.config import Settings
 from gateway.serving.server import build_server
 from gateway.tools import all_specs, files, files_search
+from tests.fixtures.profiles import examples
 from tests.remoteops.task_helpers import remote_root
 
 pytestmark = pytest.mark.slow
@@ -272,7 +273,7 @@ def test_any_arguments_the_input_schema_admits_never_end_as_internal_error(serve
     tool = served[2][name]
 
     @settings(
-        max_examples={"remote_exec": 150, "task_start": 40}.get(name, 15),
+        max_examples=examples({"remote_exec": 150, "task_start": 40}.get(name, 15)),
         deadline=None,
         suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
         database=None,

@@ -43,6 +43,15 @@ class Clock:
         return self.now
 
 
+class WallClock(Clock):
+    """Wall-clock time (seconds since the epoch) the test advances: what an introspection answer's ``exp``
+    and its cached lifetime are compared with. It starts at the real time, which the authorization server's
+    ``exp`` values are written in."""
+
+    def __init__(self) -> None:
+        self.now = time.time()
+
+
 @pytest.fixture
 def idp() -> Iterator[AuthServer]:
     with run_auth_server(RESOURCE) as server:
@@ -54,11 +63,14 @@ Maker = Callable[..., OAuthVerifier]
 
 @pytest.fixture
 async def make(idp: AuthServer) -> AsyncIterator[Maker]:
-    """Verifiers of ``idp`` (``make(clock, **settings)``), each closed (its HTTP client) after the test."""
+    """Verifiers of ``idp`` (``make(clock, wall_clock=…, **settings)``), each closed (its HTTP client) after
+    the test."""
     made: list[OAuthVerifier] = []
 
-    def factory(clock: Clock | None = None, **overrides: object) -> OAuthVerifier:
-        made.append(_verifier(idp, clock, **overrides))
+    def factory(
+        clock: Clock | None = None, *, wall_clock: WallClock | None = None, **overrides: object
+    ) -> OAuthVerifier:
+        made.append(_verifier(idp, clock, wall_clock=wall_clock, **overrides))
         return made[-1]
 
     yield factory
@@ -66,7 +78,9 @@ async def make(idp: AuthServer) -> AsyncIterator[Maker]:
         await verifier.aclose()
 
 
-def _verifier(idp: AuthServer, clock: Clock | None = None, **overrides: object) -> OAuthVerifier:
+def _verifier(
+    idp: AuthServer, clock: Clock | None = None, *, wall_clock: WallClock | None = None, **overrides: object
+) -> OAuthVerifier:
     cfg = OAuthSettings.model_validate(
         {
             "issuer": idp.issuer,
@@ -79,7 +93,11 @@ def _verifier(idp: AuthServer, clock: Clock | None = None, **overrides: object) 
         }
     )
     return OAuthVerifier(
-        cfg, resource=RESOURCE, introspection_secret=idp.introspection_secret, clock=clock or Clock()
+        cfg,
+        resource=RESOURCE,
+        introspection_secret=idp.introspection_secret,
+        clock=clock or Clock(),
+        wall_clock=wall_clock or time.time,
     )
 
 
@@ -270,16 +288,10 @@ async def test_introspection_with_a_wrong_client_secret_accepts_nothing_and_cach
     assert idp.introspection_requests == 2
 
 
-async def _until_wall_clock_passes(moment: float) -> None:
-    """Return once ``time.time()`` is past ``moment``: what is tested is expiry in wall-clock time itself
-    (an entry's lifetime), not a wait for another actor."""
-    await anyio.sleep(max(0.0, moment - time.time()) + 0.05)
-    assert time.time() > moment
-
-
 async def test_a_cached_introspection_answer_expires_at_the_tokens_exp(idp: AuthServer, make: Maker) -> None:
-    verifier = make(leeway_s=0)  # the cache cap (300 s) is far beyond exp
-    exp = int(time.time()) + 2
+    wall = WallClock()
+    verifier = make(wall_clock=wall, leeway_s=0)  # the cache cap (300 s) is far beyond exp
+    exp = int(wall.now) + 2
     opaque = idp.issue_opaque("bob", "remoteops:inspect", exp=exp)
     with anyio.fail_after(10):
         first = await verifier.verify_token(opaque)
@@ -288,7 +300,7 @@ async def test_a_cached_introspection_answer_expires_at_the_tokens_exp(idp: Auth
     assert first.expires_at == exp
     assert cached == first
     assert idp.introspection_requests == 1
-    await _until_wall_clock_passes(exp)
+    wall.now = exp + 0.01  # the token's exp passes
     with anyio.fail_after(10):
         after = await verifier.verify_token(opaque)
     assert after is None  # not answered from the cache: asked again, and the token has expired
@@ -298,18 +310,19 @@ async def test_a_cached_introspection_answer_expires_at_the_tokens_exp(idp: Auth
 async def test_a_cached_introspection_answer_lives_at_most_introspection_cache_max_s(
     idp: AuthServer, make: Maker
 ) -> None:
-    verifier = make(introspection_cache_max_s=1)
+    wall = WallClock()
+    verifier = make(wall_clock=wall, introspection_cache_max_s=1)
     opaque = idp.issue_opaque("bob", "remoteops:inspect")  # valid for 600 s
     with anyio.fail_after(10):
         first = await verifier.verify_token(opaque)
-    cached_until = time.time() + 1
+    cached_until = wall.now + 1
     assert first is not None
     idp.opaque[opaque]["active"] = False  # revoked at the authorization server
     with anyio.fail_after(10):
         within_cap = await verifier.verify_token(opaque)
     assert within_cap == first  # the cached answer, as documented: a revocation waits for the cap
     assert idp.introspection_requests == 1
-    await _until_wall_clock_passes(cached_until)
+    wall.now = cached_until + 0.01  # the cap passes
     with anyio.fail_after(10):
         after_cap = await verifier.verify_token(opaque)
     assert after_cap is None  # asked again and told the token is no longer active

@@ -18,6 +18,7 @@ from remoteops import RemoteOps, TargetSpec, TransportSettings
 from remoteops._process import supervised_child
 from remoteops.agent import program as proto
 from remoteops.agent.boot import AgentBoot, StartScanner, boot_command, current_build, new_boot
+from tests.fixtures.profiles import examples
 from tests.fixtures.sshd import SshdInstance
 from tests.remoteops.test_agent_protocol import Agent, _hello
 
@@ -98,7 +99,7 @@ async def test_each_boot_has_its_own_marker() -> None:
     assert first.build == second.build == current_build()
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(
     noise=st.binary(max_size=3000),
     payload=st.binary(max_size=500),

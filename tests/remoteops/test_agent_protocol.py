@@ -22,6 +22,7 @@ from remoteops.agent import program as proto
 from remoteops.agent.boot import EXIT_CHECKSUM, StartScanner, new_boot
 from remoteops.agent.exec import raw_result
 from tests.fixtures.procs import pid_runs
+from tests.fixtures.profiles import examples
 
 pytestmark = pytest.mark.anyio
 # the sleeps' durations (about 300 s) carry this process's pid: the process-table checks below find this
@@ -110,7 +111,7 @@ async def _hello(agent: Agent, low: int = proto.PROTOCOL_MIN, high: int = proto.
     return await agent.final(0)
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=examples(100), deadline=None)
 @given(
     frames=st.lists(
         st.tuples(
@@ -142,7 +143,7 @@ _VALUES = st.one_of(
 )
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(
     meta=st.dictionaries(
         st.sampled_from(["exit", "out", "err", "signal", "killed", "survivors", "duration_s", "timed_out"]),

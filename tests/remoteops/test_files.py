@@ -41,6 +41,7 @@ from remoteops import (
     TransportSettings,
 )
 from remoteops.embedded.target import EmbeddedTarget
+from tests.fixtures.profiles import examples
 from tests.fixtures.sshd import SshdInstance
 
 pytestmark = pytest.mark.anyio
@@ -230,7 +231,9 @@ _names = _names.filter(lambda b: b not in (b".", b".."))
 
 @pytest.mark.sshd
 @pytest.mark.slow
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=examples(40), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 @given(
     name=_names,
     content=st.one_of(st.binary(max_size=5000), st.text(max_size=2000).map(lambda t: t.encode())),

@@ -16,6 +16,7 @@ from pydantic import ValidationError
 from remoteops import PrivilegeSettings, ProviderName
 from remoteops._render import escalation_words, render_command
 from remoteops.privilege.wire import Escalation
+from tests.fixtures.profiles import examples
 from tests.remoteops.test_render import ARGS, expected
 
 LOCAL: list[ProviderName] = ["direct_root", "sudo_nopasswd", "su_password"]
@@ -29,7 +30,7 @@ def _run(text: str, *, as_user: str | None = None) -> subprocess.CompletedProces
 
 @needs_root
 @pytest.mark.slow
-@settings(max_examples=25, deadline=None)
+@settings(max_examples=examples(25), deadline=None)
 @given(args=ARGS, provider=st.sampled_from(LOCAL))
 def test_any_argv_arrives_literally_behind_every_local_provider(
     args: list[str], provider: ProviderName

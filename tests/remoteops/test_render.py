@@ -15,6 +15,7 @@ from remoteops import RemoteOps, render_command
 from remoteops._capture import HeadTail, clip
 from remoteops._render import parse_markers
 from remoteops.ssh.resolve import parse_ssh_g
+from tests.fixtures.profiles import examples
 from tests.remoteops.conftest import OpsFactory
 
 NASTY = [
@@ -45,7 +46,9 @@ def carrier_ops(
 
 
 @pytest.mark.sshd
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=examples(40), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 @given(args=ARGS)
 def test_any_argv_executes_literally_on_the_target_over_either_carrier(
     carrier_ops: tuple[BlockingPortal, RemoteOps], args: list[str]
@@ -58,7 +61,7 @@ def test_any_argv_executes_literally_on_the_target_over_either_carrier(
     assert raw.stderr.head + raw.stderr.tail == b""
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=examples(150), deadline=None)
 @given(args=ARGS, cwd=st.sampled_from([None, "/", "/tmp"]))
 def test_any_argv_round_trips_through_the_local_sh(args: list[str], cwd: str | None) -> None:
     rendered = render_command(["printf", "%s\\0", *args], time_limit_s=10, cwd=cwd)
@@ -108,7 +111,7 @@ def test_invalid_env_names_are_rejected(name: str) -> None:
         render_command(["true"], time_limit_s=1, env={name: "x"})
 
 
-@settings(max_examples=200, deadline=None)  # a property, not a timing: no per-example deadline
+@settings(max_examples=examples(200), deadline=None)  # a property, not a timing: no per-example deadline
 @given(data=st.binary(max_size=3000), cap=st.integers(min_value=4, max_value=1000), chunk=st.integers(1, 700))
 def test_head_tail_capture_keeps_head_and_tail_and_counts_dropped(data: bytes, cap: int, chunk: int) -> None:
     buf = HeadTail(cap // 2, cap - cap // 2)

@@ -11,6 +11,7 @@ from remoteops._programs import decode_text_prefix
 from remoteops.sessions.models import SessionRecord
 from remoteops.sessions.read import stream_read
 from remoteops.sessions.wire import HOLD_MAX, StreamChunk, escape_safe_cut, strip_ansi
+from tests.fixtures.profiles import examples
 
 _PIECES = st.sampled_from(
     [
@@ -49,7 +50,7 @@ def _read_all(stream: bytes, sizes: list[int], *, ended: bool) -> tuple[str, int
     return "".join(parts), since
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(pieces=st.lists(_PIECES, max_size=40), sizes=st.lists(st.integers(4, 64), min_size=1, max_size=10))
 def test_stripped_chunks_join_to_the_stripped_stream(pieces: list[str], sizes: list[int]) -> None:
     stream = "".join(pieces).encode()
@@ -58,7 +59,7 @@ def test_stripped_chunks_join_to_the_stripped_stream(pieces: list[str], sizes: l
     assert joined == strip_ansi(stream.decode())
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(pieces=st.lists(_PIECES, min_size=1, max_size=20), cut=st.integers(1, 12))
 def test_an_escape_sequence_still_arriving_is_held_back_until_it_is_complete(
     pieces: list[str], cut: int

@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 
 from remoteops import RemoteSessions, SessionRead, TransportSettings
 from remoteops.sessions.wire import strip_ansi
+from tests.fixtures.profiles import examples
 from tests.remoteops.conftest import OpsFactory
 from tests.remoteops.session_helpers import running_sessions, session_root
 
@@ -54,7 +55,9 @@ def quiet_session(
 
 @pytest.mark.sshd
 @pytest.mark.slow
-@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=examples(15), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 @given(sizes=st.lists(st.integers(4, 300), min_size=1, max_size=8), ansi=st.booleans())
 def test_stream_cursors_with_random_chunk_sizes_never_skip_or_repeat(
     quiet_session: tuple[BlockingPortal, RemoteSessions, SessionRead, SessionRead],

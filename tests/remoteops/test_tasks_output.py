@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 
 from remoteops import RemoteTasks, TaskConflict, TransportSettings
 from remoteops._programs import decode_text_prefix
+from tests.fixtures.profiles import examples
 from tests.remoteops import task_helpers as th
 from tests.remoteops.conftest import OpsFactory
 from tests.remoteops.task_helpers import remote_root, running_tasks, start_sh
@@ -64,7 +65,9 @@ def finished_task(
 
 @pytest.mark.sshd
 @pytest.mark.slow
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=examples(25), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 @given(sizes=st.lists(st.integers(1, 400), min_size=1, max_size=12), text=st.booleans())
 def test_output_cursors_with_random_chunk_sizes_never_skip_or_repeat(
     finished_task: tuple[BlockingPortal, RemoteTasks, str], sizes: list[int], text: bool

@@ -18,6 +18,7 @@ from remoteops import (
     MissingCapability,
     PathNotFound,
     SyncOptions,
+    TransferCapabilityMissing,
     TransferOptions,
     Transfers,
     TransferSettings,
@@ -278,6 +279,6 @@ async def test_without_local_rsync_a_plain_file_goes_by_scp_and_a_tree_is_refuse
         await tr.upload("root", "with space", str(env.remote / "with space"), TransferOptions(), NONE)
     assert awkward.value.capability == "rsync"
     make_tree(env.local / "tree")
-    with pytest.raises(MissingCapability) as tree:
+    with pytest.raises(TransferCapabilityMissing) as tree:  # a MissingCapability naming its side
         await tr.upload("root", "tree", str(env.remote / "tree"), TransferOptions(), NONE)
     assert (tree.value.capability, tree.value.side) == ("rsync", "local")
