@@ -92,7 +92,7 @@ def _nav_pages(node: object) -> list[str]:
 
 
 def test_every_documentation_page_is_in_the_site_navigation_once() -> None:
-    import yaml  # comes with mkdocs (the dev extra)
+    import yaml  # type: ignore[import-untyped]  # comes with mkdocs (the dev extra), without stubs
 
     nav = _nav_pages(yaml.safe_load((ROOT / "mkdocs.yml").read_text(encoding="utf-8"))["nav"])
     pages = {p.name for p in (ROOT / "docs").glob("*.md")} | set(_hooks().EXTRA_PAGES.values())

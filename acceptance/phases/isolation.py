@@ -61,12 +61,18 @@ async def isolation(ctx: PhaseContext) -> None:
     ctx.check("remote_exec" not in listed, "execute toolset off, yet remote_exec is listed")
     ctx.check("target_diagnose" not in listed, "excluded target_diagnose is listed")
     ctx.check({"gateway_health", "target_list"} <= listed, f"inspect tools missing: {sorted(listed)}")
-    for name, args in (
-        ("remote_exec", {"target": "plain", "argv": ["id"]}),
-        ("target_diagnose", {"target": "plain"}),
+    # an own tool the configuration leaves out is refused before dispatch, saying which key enables it
+    for name, args, key in (
+        ("remote_exec", {"target": "plain", "argv": ["id"]}, "tools.toolsets"),
+        ("target_diagnose", {"target": "plain"}, "tools.exclude"),
     ):
-        code = await _refused(client.call, name, args)
-        ctx.check(code == UNKNOWN_TOOL, f"filtered {name} answered {code}, want JSON-RPC {UNKNOWN_TOOL}")
+        err = error_of(await client.call(name, args))
+        ctx.check(
+            err is not None
+            and err.get("code") == "policy_denied"
+            and err.get("details", {}).get("config_key") == key,
+            f"filtered {name} answered {err}, want policy_denied naming {key}",
+        )
     restricted = structured(await client.call("gateway_health", {}))
     ctx.check(restricted["transport"]["runs"] == 0, "a filtered tool reached the transport")
     ctx.check("target_diagnose" in restricted["filtered_out"], f"filtered_out: {restricted['filtered_out']}")

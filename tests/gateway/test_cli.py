@@ -176,39 +176,41 @@ def test_an_upstream_token_file_that_is_not_utf8_does_not_crash_config_check(
     assert "Traceback" not in out.stderr
 
 
-def test_config_check_rejects_a_state_dir_that_is_a_file_as_serve_does(tmp_path: Path) -> None:
+def test_config_check_rejects_a_state_dir_that_is_a_file_as_serve_does(tmp_path: Path, cli: Cli) -> None:
     cfg = tmp_path / "g.toml"
     cfg.write_text('state_dir = "/etc/passwd"\n')
     for argv in (("config", "check"), ("serve", "--stdio")):
-        out = _cli("--config", str(cfg), *argv)
+        out = cli("--config", str(cfg), *argv)
         _one_line_failure(out, "/etc/passwd", "state_dir")
 
 
-def test_config_check_rejects_a_local_root_that_does_not_exist_as_serve_does(tmp_path: Path) -> None:
+def test_config_check_rejects_a_local_root_that_does_not_exist_as_serve_does(
+    tmp_path: Path, cli: Cli
+) -> None:
     cfg = tmp_path / "g.toml"
     missing = tmp_path / "no-such-root"
     cfg.write_text(f'state_dir = "{tmp_path / "state"}"\n[transfers]\nlocal_roots = ["{missing}"]\n')
     for argv in (("config", "check"), ("serve", "--stdio")):
-        out = _cli("--config", str(cfg), *argv)
+        out = cli("--config", str(cfg), *argv)
         _one_line_failure(out, str(missing), "transfers.local_roots.0")
 
 
-def test_config_check_of_a_directory_is_one_line_and_exit_2(tmp_path: Path) -> None:
-    out = _cli("--config", str(tmp_path), "config", "check")
+def test_config_check_of_a_directory_is_one_line_and_exit_2(tmp_path: Path, cli: Cli) -> None:
+    out = cli("--config", str(tmp_path), "config", "check")
     _one_line_failure(out, str(tmp_path), "directory")
 
 
-def test_config_check_of_a_file_that_is_not_utf8_is_one_line_and_exit_2(tmp_path: Path) -> None:
+def test_config_check_of_a_file_that_is_not_utf8_is_one_line_and_exit_2(tmp_path: Path, cli: Cli) -> None:
     cfg = tmp_path / "g.toml"
     cfg.write_bytes(b'state_dir = "\xff\xfe"\n')
-    out = _cli("--config", str(cfg), "config", "check")
+    out = cli("--config", str(cfg), "config", "check")
     _one_line_failure(out, str(cfg), "UTF-8")
 
 
-def test_config_check_shows_every_error_and_names_an_unknown_key(tmp_path: Path) -> None:
+def test_config_check_shows_every_error_and_names_an_unknown_key(tmp_path: Path, cli: Cli) -> None:
     cfg = tmp_path / "g.toml"
     cfg.write_text('[[targets]]\nname = "web1"\nhots = "web1"\n[server]\nport = -1\n')
-    out = _cli("--config", str(cfg), "config", "check")
+    out = cli("--config", str(cfg), "config", "check")
     assert out.returncode == 2, out.stderr
     assert "Traceback" not in out.stderr
     lines = out.stderr.strip().splitlines()
@@ -218,7 +220,7 @@ def test_config_check_shows_every_error_and_names_an_unknown_key(tmp_path: Path)
     assert any("'server.port'" in line for line in lines), lines
 
 
-def test_config_check_counts_the_transfer_tools_when_local_roots_are_set(tmp_path: Path) -> None:
+def test_config_check_counts_the_transfer_tools_when_local_roots_are_set(tmp_path: Path, cli: Cli) -> None:
     from gateway.config import Settings
     from gateway.tools import all_specs
 
@@ -226,7 +228,7 @@ def test_config_check_counts_the_transfer_tools_when_local_roots_are_set(tmp_pat
     root.mkdir()
     cfg = tmp_path / "g.toml"
     cfg.write_text(f'[transfers]\nlocal_roots = ["{root}"]\n')
-    out = _cli("--config", str(cfg), "config", "check")
+    out = cli("--config", str(cfg), "config", "check")
     assert out.returncode == 0, out.stderr
     settings = Settings.model_validate({"transfers": {"local_roots": [str(root)]}})
     expected = len(build_catalog(all_specs(), **settings.tools.model_dump(), settings=settings).enabled)
@@ -234,7 +236,9 @@ def test_config_check_counts_the_transfer_tools_when_local_roots_are_set(tmp_pat
     assert f"{expected} own tool(s) enabled" in out.stderr.strip().splitlines()[-1]
 
 
-def test_config_check_shows_values_that_are_not_secrets_and_digests_those_that_are(tmp_path: Path) -> None:
+def test_config_check_shows_values_that_are_not_secrets_and_digests_those_that_are(
+    tmp_path: Path, cli: Cli
+) -> None:
     cfg = tmp_path / "g.toml"
     cfg.write_text(
         "[root]\naskpass_command = []\n"
@@ -242,7 +246,7 @@ def test_config_check_shows_values_that_are_not_secrets_and_digests_those_that_a
         'name = "tmux"\ntransport = "stdio"\ncommand = ["libtmux-mcp"]\n'
         'env = { LIBTMUX_SOCKET = "agents", GITHUB_TOKEN = "ghp-not-for-eyes-123" }\n'
     )
-    out = _cli("--config", str(cfg), "config", "check")
+    out = cli("--config", str(cfg), "config", "check")
     assert out.returncode == 0, out.stderr
     shown = json.loads(out.stdout)
     assert shown["root"]["askpass_command"] == []
@@ -252,14 +256,18 @@ def test_config_check_shows_values_that_are_not_secrets_and_digests_those_that_a
     assert "ghp-not-for-eyes-123" not in out.stdout + out.stderr
 
 
-def test_the_xdg_config_file_is_read_when_no_config_is_given(tmp_path: Path) -> None:
+def test_the_xdg_config_file_is_read_when_no_config_is_given(
+    tmp_path: Path, cli: Cli, monkeypatch: pytest.MonkeyPatch
+) -> None:
     where = tmp_path / "xdg" / "remoteops-gateway"
     where.mkdir(parents=True)
     (where / "gateway.toml").write_text("[server]\nport = 9124\n")
-    out = _cli("config", "check", env={"XDG_CONFIG_HOME": str(tmp_path / "xdg")})
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))
+    out = cli("config", "check")
     assert out.returncode == 0, out.stderr
     assert json.loads(out.stdout)["server"]["port"] == 9124
-    elsewhere = _cli("config", "check", env={"XDG_CONFIG_HOME": str(tmp_path / "none")})
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "none"))
+    elsewhere = cli("config", "check")
     assert json.loads(elsewhere.stdout)["server"]["port"] == 8765  # no file there: the defaults
 
 

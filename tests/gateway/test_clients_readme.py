@@ -29,8 +29,7 @@ from pathlib import Path
 import pytest
 
 from acceptance.harness import starts
-from tests.fixtures.gateway_proc import GatewayProcess, run_gateway
-from tests.fixtures.node_tools import (
+from acceptance.harness.node_tools import (
     CLAUDE_CODE,
     INSPECTOR,
     InstalledTool,
@@ -38,6 +37,7 @@ from tests.fixtures.node_tools import (
     _run_bounded,
     ensure_tool,
 )
+from tests.fixtures.gateway_proc import GatewayProcess, run_gateway
 
 pytestmark = pytest.mark.slow
 

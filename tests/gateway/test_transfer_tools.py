@@ -16,7 +16,7 @@ from typing import Any
 import anyio
 import jsonschema
 import pytest
-from mcp import Client, MCPError
+from mcp import Client
 from structlog.testing import capture_logs
 
 from gateway._demo import demo_settings
@@ -95,8 +95,13 @@ async def test_transfer_tools_are_not_offered_without_local_roots_and_health_say
         assert set(health["filtered_out"]) >= TOOLS
         assert set(health["unavailable"]) == TOOLS
         assert all("local_roots" in reason for reason in health["unavailable"].values())
-        with pytest.raises(MCPError):
-            await client.call_tool("remote_upload", {"target": "root", "local_path": "a", "remote_path": "b"})
+        refused = await client.call_tool(
+            "remote_upload", {"target": "root", "local_path": "a", "remote_path": "b"}
+        )
+        error = error_payload(refused)
+        assert error is not None
+        assert error["code"] == "policy_denied"  # not served, and saying why: no local_roots configured
+        assert "local_roots" in error["details"]["reason"]
 
 
 @pytest.mark.sshd
