@@ -21,6 +21,7 @@ Daemonizers that left the group (``setsid``) escape by design; remote descendant
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import signal
@@ -148,8 +149,21 @@ async def terminate_group(proc: anyio.abc.Process, *, grace_s: float = _TERM_GRA
                 proc.kill()  # not in its group any more (cannot happen with setsid) or group gone: the pid
             with anyio.move_on_after(_KILL_WAIT_S):
                 await proc.wait()
+        _drop_unwritten_stdin(proc)
         with anyio.move_on_after(_KILL_WAIT_S):
             await proc.aclose()  # closes the pipe transports too, not only the streams
+
+
+def _drop_unwritten_stdin(proc: anyio.abc.Process) -> None:
+    """Discard what is still buffered for the stdin of a process that is gone. A pipe whose read end some
+    other process still holds open (an ssh master the client passed it to) never drains: closing it would
+    wait for that forever and leave its descriptor open. Aborting a transport with an empty buffer is not
+    needed (its close is already complete or scheduled), so only a non-empty one is aborted."""
+    transport = getattr(proc, "_transport", None)  # the asyncio backend's subprocess transport
+    get_pipe = getattr(transport, "get_pipe_transport", None)
+    pipe = get_pipe(0) if callable(get_pipe) else None
+    if isinstance(pipe, asyncio.WriteTransport) and pipe.get_write_buffer_size() > 0:
+        pipe.abort()
 
 
 async def spawn(

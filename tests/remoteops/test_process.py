@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import os
+import signal
 import subprocess
 from pathlib import Path
 
 import anyio
 import pytest
 
-from remoteops._process import group_alive, supervised_child
+from remoteops._capture import HeadTail
+from remoteops._process import group_alive, run_process, supervised_child
 from tests.fixtures.procs import pid_runs
 
 pytestmark = pytest.mark.anyio
@@ -103,3 +107,41 @@ async def test_a_cancel_that_lands_during_the_spawn_never_leaves_an_unowned_chil
             async with supervised_child(["sh", "-c", f": {marker}; sleep 300"]):
                 await anyio.sleep_forever()
     assert _children_running(marker) == []
+
+
+async def test_stdin_left_unread_by_a_holder_outside_the_group_is_dropped_and_its_pipe_closed(
+    tmp_path: Path,
+) -> None:
+    # The child hands its stdin to a process in another session (as an ssh client hands it to its
+    # master) that never reads, and exits. What was not written yet cannot reach anyone: run_process
+    # must end without waiting on that pipe and must not leave its descriptor open (a ResourceWarning,
+    # an error in this suite, would follow when the transport is collected).
+    pidfile = tmp_path / "holder.pid"
+    script = (
+        'exec 3<&0; setsid sh -c \'echo $$ > "$1"; exec sleep 30\' holder "$0" <&3 3<&- >/dev/null 2>&1 & '
+        'while [ ! -s "$0" ]; do sleep 0.01; done; exit 0'
+    )
+    payload = b"x" * (4 * 1024 * 1024)  # far beyond a pipe's buffer
+    holder = 0
+    try:
+        with anyio.fail_after(30):
+            outcome = await run_process(
+                ["sh", "-c", script, str(pidfile)],
+                stdin=payload,
+                stdout=HeadTail(1024, 0),
+                stderr=HeadTail(1024, 0),
+            )
+        holder = int(pidfile.read_text())
+        assert outcome.returncode == 0
+        held = os.readlink(f"/proc/{holder}/fd/0")  # pipe:[inode], the read end the holder keeps
+        assert held.startswith("pipe:")
+        ours = []
+        for fd in os.listdir("/proc/self/fd"):
+            with contextlib.suppress(OSError):
+                ours.append(os.readlink(f"/proc/self/fd/{fd}"))
+        assert held not in ours  # our write end is closed, not left to the garbage collector
+        gc.collect()
+    finally:
+        if holder:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(holder, signal.SIGKILL)
