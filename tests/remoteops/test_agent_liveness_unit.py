@@ -32,6 +32,7 @@ async def test_a_probe_queued_behind_a_long_write_is_not_taken_for_silence_only_
                 await anyio.sleep(0.1)  # the stimulus's pace, not a synchronisation
             assert not lost.is_set()
             assert liveness.alive
+            liveness.heard()  # the last sign of life: silence is measured from here
             started = anyio.current_time()
             await lost.wait()  # silence from here: lost after the bound
         tg.cancel_scope.cancel()
