@@ -77,7 +77,7 @@ async def test_an_upstream_known_to_be_down_never_delays_the_first_tools_list(tm
 async def test_the_first_tools_list_waits_for_a_hung_first_connection_no_longer_than_first_list_wait_s(
     tmp_path: Path,
 ) -> None:
-    wait_s = 2.0
+    wait_s = 3.0
     with socket.socket() as listener:  # accepts TCP (backlog) but never answers HTTP
         listener.bind(("127.0.0.1", 0))
         listener.listen(16)

@@ -173,6 +173,11 @@ async def test_a_cancelled_call_leaves_no_process_on_the_target(peer: Peer, shar
                 async with anyio.create_task_group() as tg:
                     tg.start_soon(victim, ops)
                     assert await wait_for_line(fifo) == "started\n"
+                    # the two setsid children are forked but may still be on their way (a loaded machine)
+                    for _ in range(500):  # /proc has no event to wait on; bounded (10 s)
+                        if len(processes_mentioning(marker, environ=True)) >= 3:
+                            break
+                        await anyio.sleep(0.02)
                     assert len(processes_mentioning(marker, environ=True)) >= 3
                     scope.cancel()
             left = processes_mentioning(marker, environ=True)

@@ -129,7 +129,9 @@ async def test_a_stopped_agent_ends_its_call_as_transport_lost_is_killed_and_rep
         _kill_marked(marker)
     assert len(outcome) == 1
     assert outcome[0].stage == "agent"
-    assert outcome[0].command_started is True
+    # the command ran (it said so on the FIFO); the gateway may not have had the agent's word for it yet when
+    # the agent stopped (a loaded machine): "may have run" (None) is honest, "did not run" (False) never is
+    assert outcome[0].command_started is not False
     assert runs.read_text() == "ran\n"  # never re-sent
     assert not pid_runs(old)
     assert new != old
