@@ -41,6 +41,7 @@ from remoteops._capture import HeadTail
 __all__ = [
     "ProcessOutcome",
     "StdinFeeder",
+    "drop_unwritten_stdin",
     "group_alive",
     "run_process",
     "spawn",
@@ -149,12 +150,12 @@ async def terminate_group(proc: anyio.abc.Process, *, grace_s: float = _TERM_GRA
                 proc.kill()  # not in its group any more (cannot happen with setsid) or group gone: the pid
             with anyio.move_on_after(_KILL_WAIT_S):
                 await proc.wait()
-        _drop_unwritten_stdin(proc)
+        drop_unwritten_stdin(proc)
         with anyio.move_on_after(_KILL_WAIT_S):
             await proc.aclose()  # closes the pipe transports too, not only the streams
 
 
-def _drop_unwritten_stdin(proc: anyio.abc.Process) -> None:
+def drop_unwritten_stdin(proc: anyio.abc.Process) -> None:
     """Discard what is still buffered for the stdin of a process that is gone. A pipe whose read end some
     other process still holds open (an ssh master the client passed it to) never drains: closing it would
     wait for that forever and leave its descriptor open. Aborting a transport with an empty buffer is not

@@ -35,7 +35,7 @@ import anyio
 import asyncssh
 from anyio.abc import ByteReceiveStream, Process
 
-from remoteops._process import spawn
+from remoteops._process import drop_unwritten_stdin, spawn
 
 __all__ = ["run_session"]
 
@@ -125,6 +125,7 @@ async def _finish(proc: Process, *, completed: bool) -> None:
             with anyio.move_on_after(_TERM_GRACE_S):
                 await proc.wait()
             _signal_group(proc.pid, signal.SIGKILL)
+        drop_unwritten_stdin(proc)  # a descendant may still hold the read end, never reading
         with anyio.move_on_after(_KILL_WAIT_S):
             await proc.aclose()
 
