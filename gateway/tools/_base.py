@@ -6,11 +6,18 @@ they are."""
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
 from pydantic import BaseModel, ConfigDict
 
-from remoteops import RequestModel, TargetName
+from remoteops import PrivilegeError, PrivilegeReport, RequestModel, TargetName
 
-__all__ = ["Input", "Output", "TargetName"]
+if TYPE_CHECKING:
+    from gateway._context import ToolContext
+
+__all__ = ["Input", "Output", "TargetName", "audit_privilege", "privilege_failure_audited"]
 
 
 class Input(RequestModel):
@@ -19,3 +26,24 @@ class Input(RequestModel):
 
 class Output(BaseModel):
     model_config = ConfigDict(frozen=True)
+
+
+@contextlib.contextmanager
+def privilege_failure_audited(ctx: ToolContext) -> Iterator[None]:
+    """A :class:`PrivilegeError` raised inside goes on, with every provider attempt in the audit record's
+    ``facts.privilege`` (nothing ran as root: ``ran_as`` is None)."""
+    try:
+        yield
+    except PrivilegeError as exc:
+        ctx.audit_facts["privilege"] = {
+            "ran_as": None,
+            "reason": exc.reason,
+            "attempts": [attempt.model_dump(mode="json") for attempt in exc.attempts],
+        }
+        raise
+
+
+def audit_privilege(ctx: ToolContext, report: PrivilegeReport | None) -> None:
+    """The privilege report of a call that ran, in the audit record's ``facts.privilege``."""
+    if report is not None:
+        ctx.audit_facts["privilege"] = report.model_dump(mode="json")

@@ -11,9 +11,10 @@ from __future__ import annotations
 from gateway._catalog import Toolset
 from gateway._context import ToolContext
 from gateway._errors import ErrorCode, ToolFailure
+from gateway.tools._base import audit_privilege, privilege_failure_audited
 from gateway.tools._registry import CHANGE, ToolGroup
 from gateway.tools.remote import ExecIn, render_exec
-from remoteops import ExecResult, PrivilegeError
+from remoteops import ExecResult
 
 __all__ = ["SPECS"]
 
@@ -52,7 +53,7 @@ async def remote_root_exec(ctx: ToolContext, args: RootExecIn) -> ExecResult:
             details={"target": args.target, "reason": "not_root_allowed"},
         )
     source = ctx.runtime.secrets.source(ctx.principal, ctx.elicitor, ctx.resume)
-    try:
+    with privilege_failure_audited(ctx):
         result = await ctx.runtime.remote.run(
             args.target,
             args.argv,
@@ -64,13 +65,5 @@ async def remote_root_exec(ctx: ToolContext, args: RootExecIn) -> ExecResult:
             privilege="root",
             secrets=source,
         )
-    except PrivilegeError as exc:
-        ctx.audit_facts["privilege"] = {
-            "ran_as": None,
-            "reason": exc.reason,
-            "attempts": [attempt.model_dump(mode="json") for attempt in exc.attempts],
-        }
-        raise
-    if result.privilege is not None:
-        ctx.audit_facts["privilege"] = result.privilege.model_dump(mode="json")
+    audit_privilege(ctx, result.privilege)
     return result

@@ -15,13 +15,12 @@ from pydantic import Field
 
 from gateway._context import ToolContext
 from gateway._errors import ErrorCode, ToolFailure
-from gateway.tools._base import Input, TargetName
+from gateway.tools._base import Input, TargetName, audit_privilege, privilege_failure_audited
 from gateway.tools._registry import CHANGE, READ, ToolGroup
 from remoteops import (
     DiskUsageReport,
     GpuInfo,
     PortList,
-    PrivilegeError,
     ProcessList,
     ProcessSort,
     SignalName,
@@ -166,7 +165,7 @@ async def process_signal(ctx: ToolContext, args: ProcessSignalIn) -> SignalResul
         )
     mode = args.privilege if root_allowed else "user"
     source = ctx.runtime.secrets.source(ctx.principal, ctx.elicitor, ctx.resume)
-    try:
+    with privilege_failure_audited(ctx):
         result = await ctx.runtime.remote.system.signal(
             args.target,
             args.pid,
@@ -176,13 +175,5 @@ async def process_signal(ctx: ToolContext, args: ProcessSignalIn) -> SignalResul
             privilege=mode,
             secrets=source,
         )
-    except PrivilegeError as exc:
-        ctx.audit_facts["privilege"] = {
-            "ran_as": None,
-            "reason": exc.reason,
-            "attempts": [attempt.model_dump(mode="json") for attempt in exc.attempts],
-        }
-        raise
-    if result.privilege is not None:
-        ctx.audit_facts["privilege"] = result.privilege.model_dump(mode="json")
+    audit_privilege(ctx, result.privilege)
     return result
