@@ -44,6 +44,11 @@ fi
 
 . ops/_venv.sh
 ensure_venv ".[dev]"
+# Bytecode cached inside the project even where the machine exports PYTHONDONTWRITEBYTECODE=1 (as these do):
+# otherwise every gateway and upstream process the steps start compiles the project again
+# (tests/fixtures/bytecode.py does the same for a bare pytest run)
+export PYTHONPYCACHEPREFIX="${PYTHONPYCACHEPREFIX:-$PWD/.cache/pycache}"
+unset PYTHONDONTWRITEBYTECODE
 
 logs="${ROG_TEST_LOGS:-.cache/test-logs}"
 export logs  # read by the step functions, which run in their own `bash -c`

@@ -25,12 +25,17 @@ Hypothesis profiles (tests/fixtures/profiles.py): ``dev`` by default, ``ci`` und
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
 
 import pytest
 
-from tests.fixtures import libtmux, profiles
-from tests.fixtures.sshd import SshdInstance, sshd_unavailable_reason, start_sshd
-from tests.fixtures.tiers import TIERS, kinds_reached, tier_of_kinds
+from tests.fixtures.bytecode import cache_bytecode
+
+cache_bytecode(Path(__file__).resolve().parents[1])  # before the imports below compile the project
+
+from tests.fixtures import libtmux, profiles  # noqa: E402
+from tests.fixtures.sshd import SshdInstance, sshd_unavailable_reason, start_sshd  # noqa: E402
+from tests.fixtures.tiers import TIERS, kinds_reached, tier_of_kinds  # noqa: E402
 
 profiles.register_profiles()
 profiles.load_profile()

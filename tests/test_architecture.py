@@ -8,6 +8,7 @@ from __future__ import annotations
 import ast
 import difflib
 import enum
+import functools
 import importlib
 import importlib.metadata
 import inspect
@@ -41,9 +42,20 @@ def _sources(package: str) -> Iterator[Path]:
     yield from sorted((ROOT / package).rglob("*.py"))
 
 
+@functools.cache
+def _tree(path: Path) -> ast.Module:
+    """One parse per file for the whole module (the checks only read the trees)."""
+    return ast.parse(path.read_text(encoding="utf-8"))
+
+
+@functools.cache
+def _walk(path: Path) -> tuple[ast.AST, ...]:
+    return tuple(ast.walk(_tree(path)))
+
+
 def _import_nodes(path: Path) -> Iterator[tuple[str, tuple[str, ...]]]:
     """(absolute module, names taken from it) for every import, also those inside functions (lazy ones)."""
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+    for node in _walk(path):
         if isinstance(node, ast.Import):
             for alias in node.names:
                 yield alias.name, ()
@@ -180,7 +192,7 @@ def test_the_gateway_reaches_upstream_and_remoteops_only_through_their_public_su
 
 def _imported_by_name(path: Path) -> Iterator[str]:
     """Modules named by a constant in ``importlib.import_module("…")`` (the imports ``ast`` cannot see)."""
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+    for node in _walk(path):
         if (
             isinstance(node, ast.Call)
             and isinstance(node.func, ast.Attribute | ast.Name)
@@ -241,8 +253,7 @@ def _third_party_imports() -> dict[str, set[str]]:
 
 
 def _string_constants(path: Path) -> set[str]:
-    tree = ast.parse(path.read_text(encoding="utf-8"))
-    return {n.value for n in ast.walk(tree) if isinstance(n, ast.Constant) and isinstance(n.value, str)}
+    return {n.value for n in _walk(path) if isinstance(n, ast.Constant) and isinstance(n.value, str)}
 
 
 def test_every_declared_dependency_is_used_by_the_code() -> None:
@@ -637,14 +648,13 @@ def _remoteops_edges(*, lazy: bool) -> set[tuple[str, str]]:
     known = _remoteops_modules()
     edges = set()
     for importer, path in known.items():
-        tree = ast.parse(path.read_text(encoding="utf-8"))
         inside = {
             id(node)
-            for fn in ast.walk(tree)
+            for fn in _walk(path)
             if isinstance(fn, ast.FunctionDef | ast.AsyncFunctionDef)
             for node in ast.walk(fn)
         }
-        for node in ast.walk(tree):
+        for node in _walk(path):
             if (id(node) in inside) != lazy:
                 continue
             if isinstance(node, ast.Import):
@@ -732,7 +742,7 @@ def _module_graph(package: str) -> dict[str, set[str]]:
     graph: dict[str, set[str]] = {}
     for name, path in modules.items():
         edges: set[str] = set()
-        for node in _top_level_imports(ast.parse(path.read_text(encoding="utf-8")).body):
+        for node in _top_level_imports(_tree(path).body):
             if isinstance(node, ast.Import):
                 edges.update(alias.name for alias in node.names if alias.name in modules)
             elif node.module and node.level == 0:

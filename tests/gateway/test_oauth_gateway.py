@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -36,7 +35,7 @@ from tests.fixtures.gateway_proc import GatewayProcess, run_gateway
 from tests.fixtures.node_tools import InstalledTool
 from tests.fixtures.oauth_server import INTROSPECTION_CLIENT, AuthServer, run_auth_server
 from tests.gateway.test_clients import CLIENT_TIMEOUT_S, inspector  # noqa: F401 - the session fixture
-from tests.upstream.conftest import FAULT_SERVER
+from tests.upstream.conftest import fault_command
 
 pytestmark = [pytest.mark.slow, pytest.mark.anyio]  # a gateway subprocess per module
 
@@ -74,7 +73,7 @@ def gw(
 ) -> Iterator[GatewayProcess]:
     work = tmp_path_factory.mktemp("gw-oauth")
     (work / "fault").mkdir()
-    fault = [sys.executable, str(FAULT_SERVER), "--state-dir", str(work / "fault"), "--stdio"]
+    fault = fault_command("--state-dir", str(work / "fault"), "--stdio")
     config = {
         "auth": {
             "mode": "oauth",

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import re
-import sys
 from collections.abc import AsyncIterator, Callable, Iterable
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -35,7 +34,7 @@ from gateway.tools import all_specs
 from tests.fixtures.gateway_proc import GatewayProcess, run_gateway
 from tests.fixtures.mcp_client import all_tools
 from tests.fixtures.procs import free_port
-from tests.upstream.conftest import FAST_BACKOFF, FAULT_SERVER, STDIO_START, FaultServer
+from tests.upstream.conftest import FAST_BACKOFF, STDIO_START, FaultServer, fault_command
 
 pytestmark = pytest.mark.anyio
 
@@ -256,7 +255,7 @@ async def test_a_stdio_upstream_killed_mid_call_gives_upstream_ambiguous_and_is_
 ) -> None:
     state = tmp_path / "fault"
     state.mkdir()
-    command = [sys.executable, str(FAULT_SERVER), "--state-dir", str(state), "--stdio"]
+    command = fault_command("--state-dir", str(state), "--stdio")
     conn = {"name": "fault", "transport": "stdio", "command": command, **FAST_BACKOFF, **STDIO_START}
     inbox = Inbox()
     async with serve_gateway(tmp_path, inbox, upstreams=[{"connection": conn}]) as (client, _):

@@ -93,7 +93,6 @@ async def test_a_frozen_http_upstream_ends_the_call_in_flight_as_ambiguous_in_ti
     tmp_path: Path, fault: FaultServer
 ) -> None:
     inbox = Inbox()
-    assert fault.proc is not None
     async with serve_gateway(tmp_path, inbox, upstreams=[entry(fault, LIVENESS)]) as (client, _):
         with anyio.fail_after(30):
             await wait_listed(client, inbox, FAULT_TOOLS)
@@ -108,7 +107,7 @@ async def test_a_frozen_http_upstream_ends_the_call_in_flight_as_ambiguous_in_ti
             tg.start_soon(in_flight)
             with anyio.fail_after(10):
                 assert (await fault.control("GET", "/control/started", call_id="wedged-1")).status_code == 200
-            with frozen(fault.proc.pid):
+            with frozen(fault.server_pid()):
                 t0 = anyio.current_time()
                 with anyio.fail_after(LIVENESS_S + SLACK_S):
                     # the loss shows as "reconnecting" a moment before the supervisor records its cause
@@ -231,11 +230,10 @@ async def test_a_call_timeout_on_a_frozen_upstream_ends_at_the_limit_it_reports(
     limit_s = 1.0
     conn = {"call_timeout_s": limit_s, "keepalive_interval_s": 10.0, "liveness_timeout_s": 30.0}
     inbox = Inbox()
-    assert fault.proc is not None
     async with serve_gateway(tmp_path, inbox, upstreams=[entry(fault, conn)]) as (client, _):
         with anyio.fail_after(30):
             await wait_listed(client, inbox, {"echo"})
-        with frozen(fault.proc.pid):
+        with frozen(fault.server_pid()):
             started = anyio.current_time()
             with anyio.fail_after(limit_s + 10):
                 result = await client.call_tool("echo", {"text": "into the freeze"})

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -24,7 +23,7 @@ from mcp.client.session import IncomingMessage
 
 from tests.fixtures.procs import free_port
 from tests.gateway.test_relay import connection, poll_upstream, serve_gateway, upstream_health
-from tests.upstream.conftest import FAST_BACKOFF, FAULT_SERVER, STDIO_START, FaultServer
+from tests.upstream.conftest import FAST_BACKOFF, STDIO_START, FaultServer, fault_command
 
 pytestmark = pytest.mark.anyio
 
@@ -33,8 +32,8 @@ class SurfaceFault(FaultServer):
     """The fault upstream with its two surface tools (touch, add_prompt)."""
 
     def spawn(self) -> subprocess.Popen[bytes]:
-        argv = [sys.executable, str(FAULT_SERVER), "--state-dir", str(self.state_dir), "--surface-tools"]
-        argv += ["--http", str(self.port), "--page-size", str(self.page_size)]
+        argv = fault_command("--state-dir", str(self.state_dir), "--surface-tools", "--http", str(self.port))
+        argv += ["--page-size", str(self.page_size)]
         self.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
         return self.proc
 
@@ -100,7 +99,7 @@ def audit_records(state_dir: Path, event: str) -> list[dict[str, Any]]:
 async def test_a_read_whose_stdio_upstream_dies_mid_read_is_ambiguous_and_never_sent_again(
     tmp_path: Path,
 ) -> None:
-    command = [sys.executable, str(FAULT_SERVER), "--state-dir", str(tmp_path), "--stdio"]
+    command = fault_command("--state-dir", str(tmp_path), "--stdio")
     conn = {"name": "fault", "transport": "stdio", "command": command, **FAST_BACKOFF, **STDIO_START}
     async with serve_gateway(tmp_path, upstreams=[{"connection": conn}]) as (client, rt):
         with anyio.fail_after(30):

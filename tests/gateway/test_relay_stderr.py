@@ -9,7 +9,6 @@ command that is not on PATH (issue 7: the log and ``gateway_health`` name it, an
 from __future__ import annotations
 
 import json
-import sys
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -23,7 +22,7 @@ from mcp.client.streamable_http import streamable_http_client
 
 from tests.fixtures.gateway_proc import GatewayProcess, run_gateway
 from tests.gateway.test_relay import upstream_health
-from tests.upstream.conftest import FAST_BACKOFF, FAULT_SERVER
+from tests.upstream.conftest import FAST_BACKOFF, fault_command
 from upstream._stderr import BURST, LINES_PER_S, MAX_LINE_BYTES
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
@@ -99,15 +98,7 @@ async def test_an_upstream_printing_a_planted_secret_on_stderr_leaves_no_clear_c
 ) -> None:
     state = tmp_path / "fault"
     state.mkdir()
-    argv = [
-        sys.executable,
-        str(FAULT_SERVER),
-        "--state-dir",
-        str(state),
-        "--stdio",
-        "--stderr-env",
-        "FAULT_TOKEN",
-    ]
+    argv = fault_command("--state-dir", str(state), "--stdio", "--stderr-env", "FAULT_TOKEN")
     upstreams = [
         {
             "connection": {

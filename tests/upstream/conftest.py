@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import atexit
+import contextlib
 import json
 import os
+import select
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -21,6 +26,57 @@ from tests.fixtures.procs import free_port, stop_process, wait_for_port
 from upstream import UpstreamSettings
 
 FAULT_SERVER = Path(__file__).resolve().parents[1] / "fixtures" / "fault_upstream.py"
+_ZYGOTE = FAULT_SERVER.with_name("fault_zygote.py")
+_LAUNCH = FAULT_SERVER.with_name("fault_launch.py")
+_zygote: tuple[subprocess.Popen[bytes], Path] | None = None
+
+
+def _stop_zygote() -> None:
+    global _zygote
+    if _zygote is None:
+        return
+    proc, work = _zygote
+    _zygote = None
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGKILL)  # the zygote and every upstream it forked that is still running
+    proc.wait(timeout=10)
+    shutil.rmtree(work, ignore_errors=True)
+
+
+def _zygote_socket() -> Path:
+    """This process's fault-upstream fork server (tests/fixtures/fault_zygote.py), started on first use and
+    stopped (with its process group) when the process exits."""
+    global _zygote
+    if _zygote is not None and _zygote[0].poll() is None:
+        return _zygote[1] / "z.sock"
+    _stop_zygote()
+    work = Path(tempfile.mkdtemp(prefix="rogz-", dir="/tmp"))  # an AF_UNIX path must stay under 108 bytes
+    proc = subprocess.Popen(
+        [sys.executable, str(_ZYGOTE), str(work / "z.sock")],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        start_new_session=True,
+    )
+    _zygote = (proc, work)
+    assert proc.stdout is not None
+    ready, _, _ = select.select([proc.stdout], [], [], 120)  # its imports: ~1 s, far more on a loaded machine
+    if not ready or proc.stdout.readline() != b"ready\n":
+        _stop_zygote()
+        raise RuntimeError("the fault upstream's fork server did not start")
+    proc.stdout.close()
+    atexit.register(_stop_zygote)
+    return work / "z.sock"
+
+
+@starts("fault")
+def fault_command(*args: str) -> list[str]:
+    """The argv that starts one fault upstream with ``args`` (``--state-dir DIR --stdio`` …): a tiny
+    stdlib launcher whose upstream is forked by this process's zygote, the SDK's imports already done (a
+    fault upstream started as ``python fault_upstream.py`` spends ~0.75 s of CPU importing, and the fast
+    tier starts about a hundred). To whoever starts it, the launcher is the upstream: same stdio, its exit
+    and death by signal mirrored, signals passed on, ``DIR/pid`` the real server's pid."""
+    return [sys.executable, "-I", "-S", str(_LAUNCH), str(_zygote_socket()), *args]
+
 
 FAST_BACKOFF: dict[str, Any] = {
     "backoff_initial_s": 0.05,
@@ -47,16 +103,25 @@ class FaultServer:
         self.url = f"http://127.0.0.1:{port}/mcp"
 
     def spawn(self) -> subprocess.Popen[bytes]:
-        argv = [sys.executable, str(FAULT_SERVER), "--state-dir", str(self.state_dir)]
-        argv += ["--http", str(self.port), "--page-size", str(self.page_size)]
+        argv = fault_command("--state-dir", str(self.state_dir), "--http", str(self.port))
+        argv += ["--page-size", str(self.page_size)]
         self.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
         return self.proc
 
     async def start(self) -> None:
         await wait_for_port(self.port, self.spawn())
 
+    def server_pid(self) -> int:
+        """The server process's own pid (it writes DIR/pid before it listens; ``proc`` is its launcher)."""
+        return int((self.state_dir / "pid").read_text())
+
     def kill(self) -> None:
+        """SIGKILL the server itself (its launcher mirrors the death), then reap: the port is free after."""
         if self.proc is not None:
+            with contextlib.suppress(FileNotFoundError, ValueError, ProcessLookupError):
+                os.kill(self.server_pid(), signal.SIGKILL)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.proc.wait(timeout=5)  # the launcher ends once the zygote has reaped the server
             self.proc.kill()
             self.proc.wait(timeout=5)
 
@@ -120,7 +185,7 @@ class StdioFault:
         values: dict[str, Any] = {
             "name": "fault-stdio",
             "transport": "stdio",
-            "command": [sys.executable, str(FAULT_SERVER), "--state-dir", str(self.state_dir), "--stdio"],
+            "command": fault_command("--state-dir", str(self.state_dir), "--stdio"),
             **FAST_BACKOFF,
             **STDIO_START,
         }

@@ -204,8 +204,7 @@ async def test_a_hung_handshake_is_abandoned_at_connect_timeout_and_recorded() -
 async def test_a_wedged_idle_upstream_is_noticed_by_liveness_and_reconnected_when_it_recovers(
     fault_http: FaultServer, mode: str, era: str
 ) -> None:
-    assert fault_http.proc is not None
-    pid = fault_http.proc.pid
+    pid = fault_http.server_pid()
     # liveness_timeout_s: 10 probe intervals, so a loaded machine's slow pong is not taken for the wedge;
     # connect_timeout_s: attempts made while the server is stopped end (or are answered after SIGCONT)
     settings = fault_http.settings(
