@@ -19,7 +19,7 @@ from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.dispatcher import ProgressFnT
 
-__all__ = ["GatewayClient", "error_code", "error_of", "structured"]
+__all__ = ["GatewayClient", "carried", "error_code", "error_of", "structured"]
 
 
 def error_of(result: Mapping[str, Any]) -> dict[str, Any] | None:
@@ -72,6 +72,17 @@ def structured(result: Mapping[str, Any]) -> dict[str, Any]:
     if not isinstance(content, dict):
         raise AssertionError(f"no structuredContent: {json.dumps(result)[:2000]}")
     return content
+
+
+def carried(result: Mapping[str, Any]) -> str:
+    """The field a tool carries once, as its result's second text block (``remote_read``'s content)."""
+    structured(result)  # a success, with its schema-valid structuredContent
+    blocks = result.get("content")
+    if not isinstance(blocks, list) or len(blocks) != 2 or blocks[1].get("type") != "text":
+        raise AssertionError(f"no carried text block: {json.dumps(result)[:2000]}")
+    text = blocks[1]["text"]
+    assert isinstance(text, str)
+    return text
 
 
 class GatewayClient:

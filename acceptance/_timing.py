@@ -11,12 +11,23 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-__all__ = ["Call", "interleaved", "p95", "rss_kb", "timed"]
+__all__ = ["Aim", "Call", "interleaved", "p95", "rss_kb", "timed"]
 
 Call = Callable[[], Awaitable[object]]
+
+
+@dataclass
+class Aim:
+    """An aim of an issue, as a benchmark reports it (printed, not asserted)."""
+
+    what: str
+    target: str
+    measured: str
+    met: bool
 
 
 async def timed(call: Call) -> float:

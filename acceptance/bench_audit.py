@@ -2,7 +2,8 @@
 
 Run from the repository root::
 
-    .venv/bin/python -m acceptance.bench_audit [--records 20000] [--rounds 3] [--verify 200000] [--json]
+    .venv/bin/python -m acceptance.bench_audit [--records 20000] [--rounds 3] [--verify 200000]
+        [--json] [--json-out FILE]
 
 Rows (in a temporary directory, removed at the end):
 
@@ -229,9 +230,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--records", type=int, default=20_000, help="records per write round")
     parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds per row")
     parser.add_argument("--verify", type=int, default=200_000, help="records in the log verified")
-    parser.add_argument("--json", action="store_true")
+    parser.add_argument("--json", action="store_true", help="print the results as JSON")
+    parser.add_argument("--json-out", type=Path, help="also write the results as JSON to this file")
     args = parser.parse_args(argv)
     result = run(args.records, args.rounds, args.verify)
+    if args.json_out is not None:
+        args.json_out.write_text(json.dumps(result, indent=2), encoding="utf-8")
     if args.json:
         print(json.dumps(result, indent=2))
         return 0

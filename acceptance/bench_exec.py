@@ -3,7 +3,8 @@ and over stdio), each on both carriers (one ssh per call, and the persistent age
 
 Run from the repository root, as root (the sshd fixture creates users)::
 
-    .venv/bin/python -m acceptance.bench_exec [--calls N] [--cold N] [--json]
+    .venv/bin/python -m acceptance.bench_exec [--calls N] [--cold N] [--json] [--json-out FILE]
+        [--spaced N [--gap-ms 50-200]]
 
 A quick run (cold rows and RSS, short serial rows): ``--calls 10 --warmup 2 --cold 10`` (~30 s). The
 gateway runs on this interpreter: run the script with a plain ``pip install .`` venv's python to measure
@@ -25,7 +26,9 @@ start 64 (and 256) calls at once; the raw burst is bounded by the same per-targe
 ``RemoteOps`` with no master (``ssh -G``, master start, the call; on the agent carrier also the agent's boot,
 which ``auto`` does in the background while the first call goes over ssh), interleaved round by round with
 their floor: a one-shot ``ssh target true`` without any master (TCP connect, key exchange, authentication,
-one session), which no first call can undercut. The gateway's RSS is read when it is ready and again after
+one session), which no first call can undercut. ``--spaced N`` adds rows for calls spaced the way agents
+call (an idle gap, uniform in ``--gap-ms``, before every call; raw, library, stdio, HTTP and both floors
+round-robin), their ratios to the spaced raw row. The gateway's RSS is read when it is ready and again after
 the first ``tools/list``. The aims of the agent issue are printed, not asserted.
 
 Every process started (sshd, masters, gateways, agents) is terminated and reaped; the temporary directory is
@@ -38,6 +41,7 @@ import argparse
 import json
 import math
 import os
+import random
 import shutil
 import statistics
 import subprocess
@@ -55,7 +59,7 @@ import httpx2
 from mcp import Client, StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
 
-from acceptance._timing import p95, rss_kb, timed
+from acceptance._timing import Aim, p95, rss_kb, timed
 from acceptance.harness.gateway_proc import run_gateway, write_config
 from acceptance.harness.procs import stop_process
 from acceptance.harness.sshd import SshdInstance, start_sshd
@@ -102,6 +106,10 @@ COLD_ROWS = (ROW_COLD_RAW, ROW_COLD, ROW_COLD_AGENT, ROW_COLD_AUTO)
 BURST_ROWS = (ROW_RAW_BURST, ROW_LIB_BURST, ROW_LIB_AGENT_BURST, ROW_GW_BURST, ROW_GW_AGENT_BURST)
 BIG_ROWS = (ROW_RAW_BIG, ROW_LIB_AGENT_BIG, ROW_GW_BIG, ROW_GW_AGENT_BIG)
 ROWS = SERIAL_ROWS + COLD_ROWS + BURST_ROWS + BIG_ROWS
+SPACED = " spaced"
+SPACED_SUBJECTS = (ROW_RAW, ROW_LIB_AGENT, ROW_GW_AGENT, ROW_STDIO_AGENT, ROW_FLOOR, ROW_FLOOR_STDIO)
+SPACED_ROWS = tuple(name + SPACED for name in SPACED_SUBJECTS)
+GAP_MS = (50.0, 200.0)
 
 
 @dataclass
@@ -113,14 +121,6 @@ class Row:
     ratio: float = 0.0  # median / raw median (serial and cold rows) or / the raw burst of the same size
     wall_ms: float | None = None  # burst rows: time until the last of the burst finished
     failures: int = 0
-
-
-@dataclass
-class Aim:
-    what: str
-    target: str
-    measured: str
-    met: bool
 
 
 @dataclass
@@ -139,6 +139,8 @@ class Report:
     gateway_rss_idle_kb: int | None = None  # ready, before any MCP request
     gateway_rss_listed_kb: int | None = None  # idle again after the first tools/list
     gateway_rss_after_kb: int | None = None
+    spaced: int = 0  # spaced calls per subject (0: none)
+    gap_ms: tuple[float, float] = GAP_MS
 
 
 def _row(subject: str, samples_s: list[float], failures: int = 0, wall_s: float | None = None) -> Row:
@@ -270,6 +272,9 @@ def _aims(report: Report) -> list[Aim]:
     ratio(ROW_LIB_AGENT, 0.4, "RemoteOps.run on the agent")
     ratio(ROW_STDIO_AGENT, 0.5, "gateway remote_exec over stdio on the agent")
     ratio(ROW_GW_AGENT, 1.0, "gateway remote_exec over MCP/HTTP on the agent")
+    if ROW_STDIO_AGENT + SPACED in rows:
+        ratio(ROW_STDIO_AGENT + SPACED, 0.65, "spaced gateway remote_exec over stdio on the agent")
+        ratio(ROW_GW_AGENT + SPACED, 0.9, "spaced gateway remote_exec over MCP/HTTP on the agent")
     ratio(ROW_GW_AGENT_BURST, 1.5, f"{BURST} concurrent gateway calls on the agent (per-call median)")
     big = rows[ROW_GW_AGENT_BIG].failures + rows[ROW_LIB_AGENT_BIG].failures
     aims.append(Aim(f"{BIG_BURST} concurrent calls on the agent", "0 failures", f"{big} failures", big == 0))
@@ -282,7 +287,30 @@ def _aims(report: Report) -> list[Aim]:
     return aims
 
 
-async def _measure(sshd: SshdInstance, work: Path, calls: int, warmup: int, mode: str, cold: int) -> Report:
+async def _spaced(
+    subjects: dict[str, Callable[[], Awaitable[None]]], calls: int, gap_ms: tuple[float, float]
+) -> list[Row]:
+    """Each subject's calls spaced the way agents call: an idle gap (uniform in ``gap_ms``, seeded) before
+    every call, the subjects round-robin (each call follows another subject's call and a gap)."""
+    rng = random.Random(29)
+    samples: dict[str, list[float]] = {name: [] for name in subjects}
+    for _ in range(calls):
+        for name, call in subjects.items():
+            await anyio.sleep(rng.uniform(*gap_ms) / 1000)  # idle, untimed: what spaced calls have
+            samples[name].append(await timed(call))
+    return [_row(name + SPACED, samples[name]) for name in subjects]
+
+
+async def _measure(
+    sshd: SshdInstance,
+    work: Path,
+    calls: int,
+    warmup: int,
+    mode: str,
+    cold: int,
+    spaced: int = 0,
+    gap_ms: tuple[float, float] = GAP_MS,
+) -> Report:
     settings = TransportSettings(ssh_config_file=sshd.ssh_config, control_dir=work / "lib")
     report = Report(
         calls=calls,
@@ -376,6 +404,14 @@ async def _measure(sshd: SshdInstance, work: Path, calls: int, warmup: int, mode
                 for name, call in subjects.items():
                     samples[name].append(await timed(call))
             serial = [_row(name, samples[name]) for name in SERIAL_ROWS]
+            spaced_rows: list[Row] = []
+            if spaced:
+
+                async def raw_blocking() -> None:
+                    _raw_once(raw_argv)  # as in the serial rows
+
+                chosen = {ROW_RAW: raw_blocking, **{n: subjects[n] for n in SPACED_SUBJECTS if n != ROW_RAW}}
+                spaced_rows = await _spaced(chosen, spaced, gap_ms)
 
             channels = settings.max_channels_per_target
             bursts = []
@@ -407,7 +443,11 @@ async def _measure(sshd: SshdInstance, work: Path, calls: int, warmup: int, mode
         burst_base = group[0].median_ms
         for row in group:
             row.ratio = round(row.median_ms / burst_base, 2) if burst_base else math.nan
-    report.rows = serial + colds + bursts + bigs
+    spaced_base = spaced_rows[0].median_ms if spaced_rows else math.nan
+    for row in spaced_rows:
+        row.ratio = round(row.median_ms / spaced_base, 2) if spaced_base else math.nan
+    report.spaced, report.gap_ms = spaced, gap_ms
+    report.rows = serial + spaced_rows + colds + bursts + bigs
     report.aims = _aims(report)
     return report
 
@@ -420,7 +460,13 @@ def render_markdown(report: Report) -> str:
         f"(interleaved, after {report.warmup} warm-up calls); "
         f"bursts of {BURST} and {BIG_BURST} (raw bounded to {report.channels} channels like the pool); "
         f"{report.cold} cold first calls per carrier, interleaved with the one-shot floor. "
-        f"MCP client mode {report.mcp_mode}, protocol "
+        + (
+            f"Spaced rows: {report.spaced} calls per subject, round-robin, an idle gap of "
+            f"{report.gap_ms[0]:.0f}-{report.gap_ms[1]:.0f} ms before each (ratios to the spaced raw row). "
+            if report.spaced
+            else ""
+        )
+        + f"MCP client mode {report.mcp_mode}, protocol "
         f"{report.protocol_version}. Load average before: {load}; after: {after} ({os.cpu_count()} CPUs).",
         "",
         "| subject | calls | median ms | p95 ms | ratio to raw | burst wall ms | failures |",
@@ -464,7 +510,23 @@ def main(argv: list[str] | None = None) -> int:
         default="legacy",
         help="mcp.Client connect mode: legacy (handshake session, reused; default), auto or 2026-07-28",
     )
+    parser.add_argument(
+        "--spaced",
+        type=int,
+        default=0,
+        metavar="N",
+        help="also N spaced calls per subject: an idle gap before each, round-robin (default 0: none)",
+    )
+    parser.add_argument(
+        "--gap-ms",
+        default=f"{GAP_MS[0]:.0f}-{GAP_MS[1]:.0f}",
+        metavar="MIN-MAX",
+        help="the spaced rows' idle gap, uniform between MIN and MAX ms (default %(default)s)",
+    )
+    parser.add_argument("--json-out", type=Path, metavar="FILE", help="also write the report as JSON to FILE")
     args = parser.parse_args(argv)
+    low, _, high = args.gap_ms.partition("-")
+    gap = (float(low), float(high or low))
     if args.calls < 1 or args.warmup < 0 or args.cold < 1:
         parser.error("--calls and --cold must be at least 1 and --warmup at least 0")
     # short: ControlPath must stay under 108 bytes
@@ -473,10 +535,21 @@ def main(argv: list[str] | None = None) -> int:
         os.chmod(work, 0o700)
         with start_sshd() as sshd:
             report = anyio.run(
-                _measure, sshd, work, args.calls, args.warmup, args.mode, args.cold, backend="asyncio"
+                _measure,
+                sshd,
+                work,
+                args.calls,
+                args.warmup,
+                args.mode,
+                args.cold,
+                args.spaced,
+                gap,
+                backend="asyncio",
             )
     finally:
         shutil.rmtree(work, ignore_errors=True)
+    if args.json_out is not None:
+        args.json_out.write_text(json.dumps(asdict(report), indent=2) + "\n", encoding="utf-8")
     if args.json:
         print(json.dumps(asdict(report), indent=2))
     else:

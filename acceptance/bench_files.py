@@ -3,14 +3,15 @@ vs raw ``ssh -S master target cat``, ``'cat > f'`` and ``stat`` over the very sa
 
 Run from the repository root, as root (the sshd fixture creates users)::
 
-    .venv/bin/python -m acceptance.bench_files [--rounds 15] [--stats 100] [--json]
+    .venv/bin/python -m acceptance.bench_files [--rounds 15] [--stats 100] [--json] [--json-out FILE]
 
 One throwaway sshd (``tests.fixtures.sshd.start_sshd``), one gateway subprocess over streamable HTTP, target
 user ``ro-plain`` (carrier ``auto``: the file tools ride the target's agent). The gateway is configured with
-caps raised to carry 1 MiB (``server.max_argument_bytes`` 2 MiB, ``server.max_body_bytes`` 4 MiB,
-``transport.output_cap_bytes`` 1 MiB, as an
-operator would for such files); the second size is the largest payload the DEFAULT caps allow (64 KiB of
-arguments: the content less the JSON envelope; a 64 KiB read cap). Contents are ASCII text (``utf-8``
+caps raised to carry the sizes (``server.max_argument_bytes`` 2 MiB, ``server.max_body_bytes`` 4 MiB,
+``transport.output_cap_bytes`` 8 MiB, as an operator would for such files). Reads: 64 KiB (the default read
+cap), 1 MiB and 8 MiB; a read's content is the result's second text block (carried once, not also in
+``structuredContent``). Writes: 1 MiB and the largest payload the DEFAULT caps allow (64 KiB of arguments:
+the content less the JSON envelope). Contents are ASCII text (``utf-8``
 encoding, what agents edit); every write is a fresh random payload and every write is checked by the SHA-256
 the tool returns, every read by the bytes returned.
 
@@ -19,7 +20,7 @@ sides share one SSH connection; they are what an operator would type. Subjects a
 and gateway taking turns to go first, so drift hits all alike. Ratio = gateway median / raw median (lower is
 better; 0.50x = twice as fast as raw). The stat row times ``--stats`` sequential calls as one figure per
 round, next to the same number of ``gateway_health`` calls (the MCP/HTTP floor of this client and server,
-no ssh at all). The issue's aims (reads and writes <= 1.2x raw, stat <= 0.5x raw) are printed, not
+no ssh at all). The aims (reads <= 1.5x raw, writes <= 1.2x raw, stat <= 0.5x raw) are printed, not
 asserted: this machine is shared and noisy.
 
 Every process started is terminated and reaped; the temporary directory is removed.
@@ -45,6 +46,7 @@ from typing import Any
 
 import anyio
 import httpx2
+import mcp_types as types
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
@@ -62,6 +64,8 @@ DEFAULT_READ_CAP = 64 * 1024
 _ENVELOPE = 512  # JSON-RPC + arguments around the content, generously: the largest content that still fits
 _CALL_S = 120.0
 AIM_RW = 1.2
+AIM_READ = 1.5
+READ_SIZES = {"64 KiB": DEFAULT_READ_CAP, "1 MiB": MIB, "8 MiB": 8 * MIB}
 FLOOR = "gateway gateway_health x{n} (MCP/HTTP floor, no ssh)"
 AIM_STAT = 0.5
 
@@ -112,15 +116,17 @@ async def _measure(
     remote = work / "remote"  # the target is this machine; its user writes here
     remote.mkdir()
     remote.chmod(0o777)
-    sizes = {"1 MiB": BIG, "default caps": DEFAULT_ARGUMENT_CAP - _ENVELOPE}
+    write_sizes = {"1 MiB": BIG, "default caps": DEFAULT_ARGUMENT_CAP - _ENVELOPE}
     sources: dict[str, str] = {}
-    for label, size in sizes.items():
+    for label, size in READ_SIZES.items():
         path = remote / f"read-{size}.txt"
         sources[label] = _text(size)
         path.write_text(sources[label])
         path.chmod(0o644)
     # fresh content for every write, generated before the clock runs (random text is slow to make)
-    payloads = {label: itertools.cycle([_text(size) for _ in range(8)]) for label, size in sizes.items()}
+    payloads = {
+        label: itertools.cycle([_text(size) for _ in range(8)]) for label, size in write_sizes.items()
+    }
     control_dir = work / "gwc"
     gw_dir = work / "gw"
     gw_dir.mkdir()
@@ -129,7 +135,7 @@ async def _measure(
         "transport": {
             "ssh_config_file": str(sshd.ssh_config),
             "control_dir": str(control_dir),
-            "output_cap_bytes": BIG,
+            "output_cap_bytes": max(READ_SIZES.values()),
         },
         "targets": [{"name": TARGET, "host": sshd.alias(TARGET)}],
     }
@@ -137,16 +143,19 @@ async def _measure(
     times: dict[str, list[float]] = {}
     with run_gateway(gw_dir, config) as gw:
         http = httpx2.AsyncClient(headers=gw.headers(), timeout=httpx2.Timeout(_CALL_S))
-        # A 1 MiB read answers with the content twice (text and structuredContent, as the spec asks): over the
-        # Python SDK's default 1 MiB SSE event limit, so this client lifts it (docs/tools.md: output caps).
+        # A 1 MiB read's answer is over the Python SDK's default 1 MiB SSE event limit (the JSON around the
+        # content): this client lifts it (docs/tools.md: output caps).
         transport = streamable_http_client(gw.url, http_client=http, max_sse_event_size=None)
         async with http, Client(transport, mode="legacy") as client:
 
             async def tool(name: str, args: dict[str, Any]) -> dict[str, Any]:
+                """The structured content, plus ``carried``: a second text block's text (a read's content)."""
                 result = await client.call_tool(name, args)
                 if result.is_error or result.structured_content is None:
-                    raise RuntimeError(f"{name} failed: {result.content}")
+                    raise RuntimeError(f"{name} failed: {str(result.content)[:2000]}")
                 content: dict[str, Any] = result.structured_content
+                if len(result.content) > 1 and isinstance(result.content[1], types.TextContent):
+                    return {**content, "carried": result.content[1].text}
                 return content
 
             await tool("remote_stat", {"target": TARGET, "path": str(remote)})  # master + agent up
@@ -154,7 +163,7 @@ async def _measure(
             ssh = ["ssh", "-F", str(sshd.ssh_config), "-S", sock, "-o", "ControlMaster=no", host]
 
             def pair(kind: str, label: str) -> dict[str, Timed]:
-                size = sizes[label]
+                size = (READ_SIZES if kind == "read" else write_sizes)[label]
                 src = remote / f"read-{size}.txt"
                 dst = remote / f"write-{size}.txt"
                 if kind == "read":
@@ -165,7 +174,8 @@ async def _measure(
 
                     async def gateway() -> None:
                         got = await tool("remote_read", {"target": TARGET, "path": str(src)})
-                        _expect(got["content"] == sources[label], "remote_read returned other text")
+                        _expect(got.get("carried") == sources[label], "remote_read returned other text")
+                        _expect("content" not in got, "remote_read carried the content twice")
                         _expect(not got["truncated"], "remote_read truncated under the raised cap")
 
                 else:
@@ -198,7 +208,8 @@ async def _measure(
                 for _ in range(stats):
                     await tool("gateway_health", {})
 
-            groups = [pair(kind, label) for kind in ("read", "write") for label in sizes]
+            groups = [pair("read", label) for label in READ_SIZES]
+            groups += [pair("write", label) for label in write_sizes]
             groups.append(
                 {f"raw ssh stat x{stats}": raw_stats, f"gateway remote_stat x{stats}": gateway_stats}
             )
@@ -220,12 +231,15 @@ async def _measure(
         raw_name, gw_name = list(group)
         raw_med = statistics.median(times[raw_name])
         gw_med = statistics.median(times[gw_name])
-        aim = AIM_STAT if "stat" in gw_name else AIM_RW
+        aim = AIM_STAT if "stat" in gw_name else AIM_READ if "read" in gw_name else AIM_RW
         rows.append(Row(raw_name, rounds, _ms(raw_med), _ms(min(times[raw_name]))))
         rows.append(
             Row(gw_name, rounds, _ms(gw_med), _ms(min(times[gw_name])), round(gw_med / raw_med, 2), aim)
         )
-    return rows, sizes
+    return rows, {
+        **{f"read {k}": v for k, v in READ_SIZES.items()},
+        **{f"write {k}": v for k, v in write_sizes.items()},
+    }
 
 
 def _expect(condition: bool, what: str) -> None:
@@ -264,6 +278,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=15)
     parser.add_argument("--stats", type=int, default=100, help="remote_stat calls per timed stat figure")
     parser.add_argument("--json", action="store_true", help="print the report as JSON as well")
+    parser.add_argument("--json-out", type=Path, metavar="FILE", help="also write the report as JSON to FILE")
     args = parser.parse_args(argv)
     work = Path(tempfile.mkdtemp(prefix="rogbf-", dir="/tmp"))
     work.chmod(0o711)  # the target user must reach remote/ (traverse, not list)
@@ -276,6 +291,8 @@ def main(argv: list[str] | None = None) -> int:
     print(render_markdown(report))
     if args.json:
         print(json.dumps(asdict(report), indent=2))
+    if args.json_out is not None:
+        args.json_out.write_text(json.dumps(asdict(report), indent=2) + "\n", encoding="utf-8")
     return 0
 
 

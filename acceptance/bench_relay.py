@@ -2,7 +2,7 @@
 
 Run from the repository root::
 
-    .venv/bin/python -m acceptance.bench_relay [--calls N] [--warmup N] [--json] [--no-peer]
+    .venv/bin/python -m acceptance.bench_relay [--calls N] [--warmup N] [--json] [--json-out FILE] [--no-peer]
 
 Everything is measured in ONE run against ONE tmux server (a unique ``LIBTMUX_SOCKET`` holding one session):
 
@@ -417,11 +417,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--calls", type=int, default=200, help="timed calls per subject (default 200)")
     parser.add_argument("--warmup", type=int, default=WARMUP, help=f"untimed calls first (default {WARMUP})")
     parser.add_argument("--json", action="store_true", help="print the results as JSON")
+    parser.add_argument("--json-out", type=Path, help="also write the results as JSON to this file")
     parser.add_argument("--no-peer", action="store_true", help="skip mcp-proxy (and the gateway stdio row)")
     args = parser.parse_args(argv)
     if args.calls < 1:
         parser.error("--calls must be ≥ 1")
     result = run(args.calls, max(0, args.warmup), not args.no_peer)
+    if args.json_out is not None:
+        args.json_out.write_text(json.dumps(result, indent=2, ensure_ascii=False), encoding="utf-8")
     if args.json:
         print(json.dumps(result, indent=2, ensure_ascii=False))
         return 0

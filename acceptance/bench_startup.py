@@ -2,7 +2,8 @@
 
 Run from the repository root::
 
-    .venv/bin/python -m acceptance.bench_startup [--runs N] [--json] [--no-peer]
+    .venv/bin/python -m acceptance.bench_startup [--runs N] [--json] [--json-out FILE] [--no-peer]
+        [--no-upstream]
 
 stdio MCP clients spawn the gateway once per session, so this is the wait a user sees before the first tool
 list. Each run starts a fresh process with a pipe on stdin and stdout, writes one ``initialize`` request
@@ -16,6 +17,19 @@ process must exit by itself (bounded; terminated, killed and reaped otherwise). 
 * ``SDK import floor``: a Python process that only imports the MCP SDK's low-level server and stdio
   transport and exits (no answer: this is what any server built on the SDK pays before it can read a byte);
 * ``libtmux-mcp (peer)``: the installed libtmux-mcp (FastMCP) answering the same ``initialize`` over stdio.
+
+With libtmux-mcp installed (and without ``--no-upstream``), the rows a stdio client of a gateway with an
+upstream waits for: from spawn to the answer of the first ``tools/list`` (after ``initialize`` and
+``notifications/initialized``), which holds the relayed tools:
+
+* ``first tools/list: gateway alone`` (no upstream configured), ``libtmux-mcp alone`` (spawned directly);
+* ``gateway + libtmux-mcp upstream``: the gateway with libtmux-mcp as a stdio upstream, through the console
+  script (the upstream is spawned before the gateway's imports: ``gateway._early``); the answer must hold
+  libtmux-mcp's ``list_sessions``;
+* ``... upstream spawned after the imports``: the same, entered through ``gateway.cli.main`` (no early
+  spawn: the start-ups one after the other, as before).
+
+The overlap ratio printed is the gateway-with-upstream median over the slower of the two alone (aim ≤ 1.15).
 
 Runs are interleaved (gateway, imports, floor, peer, gateway, ...) so drift hits every row alike. The
 temporary directory is removed at the end.
@@ -40,7 +54,7 @@ from pathlib import Path
 
 from acceptance.harness.gateway_proc import write_config
 
-__all__ = ["Sample", "main", "spawn_to_exit", "spawn_to_initialize"]
+__all__ = ["Sample", "main", "spawn_to_exit", "spawn_to_initialize", "spawn_to_tools"]
 
 RUNS = 10
 _ANSWER_S = 120.0  # a ceiling: the gateway answers in ~1-2 s here, several times that when loaded
@@ -50,6 +64,11 @@ ROW_GATEWAY = "gateway serve --stdio"
 ROW_IMPORTS = "gateway imports only (no answer)"
 ROW_FLOOR = "SDK import floor (no answer)"
 ROW_PEER = "libtmux-mcp (peer, FastMCP)"
+ROW_TOOLS_GATEWAY = "first tools/list: gateway alone"
+ROW_TOOLS_UPSTREAM = "first tools/list: libtmux-mcp alone"
+ROW_TOOLS_BOTH = "first tools/list: gateway + libtmux-mcp upstream"
+ROW_TOOLS_SEQUENTIAL = "first tools/list: gateway + libtmux-mcp upstream spawned after the imports"
+RELAYED_TOOL = "list_sessions"
 
 INITIALIZE = (
     json.dumps(
@@ -66,6 +85,10 @@ INITIALIZE = (
     )
     + "\n"
 ).encode()
+
+
+INITIALIZED = b'{"jsonrpc": "2.0", "method": "notifications/initialized"}\n'
+TOOLS_LIST = b'{"jsonrpc": "2.0", "id": 2, "method": "tools/list"}\n'
 
 
 def _reap(proc: subprocess.Popen[bytes]) -> None:
@@ -86,26 +109,41 @@ def _reap(proc: subprocess.Popen[bytes]) -> None:
             stream.close()
 
 
-def _read_line(proc: subprocess.Popen[bytes], ceiling_s: float) -> bytes:
-    """One line from the child's stdout, within ``ceiling_s`` (raises TimeoutError / EOFError)."""
-    assert proc.stdout is not None
-    fd = proc.stdout.fileno()
-    os.set_blocking(fd, False)
-    buf = b""
-    deadline = time.monotonic() + ceiling_s
-    with selectors.DefaultSelector() as sel:
-        sel.register(fd, selectors.EVENT_READ)
-        while b"\n" not in buf:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise TimeoutError(f"no answer within {ceiling_s} s")
-            if not sel.select(left):
-                continue
-            chunk = os.read(fd, 65536)
-            if not chunk:
-                raise EOFError(f"stdout closed before an answer (exit {proc.poll()})")
-            buf += chunk
-    return buf.split(b"\n", 1)[0]
+class _Lines:
+    """The child's stdout as lines, each within the time left to ``deadline`` (nothing read is lost)."""
+
+    def __init__(self, proc: subprocess.Popen[bytes], ceiling_s: float) -> None:
+        assert proc.stdout is not None
+        self._proc = proc
+        self._fd = proc.stdout.fileno()
+        os.set_blocking(self._fd, False)
+        self._buf = b""
+        self._deadline = time.monotonic() + ceiling_s
+
+    def next(self) -> bytes:
+        with selectors.DefaultSelector() as sel:
+            sel.register(self._fd, selectors.EVENT_READ)
+            while b"\n" not in self._buf:
+                left = self._deadline - time.monotonic()
+                if left <= 0:
+                    raise TimeoutError("no answer in time")
+                if not sel.select(left):
+                    continue
+                chunk = os.read(self._fd, 65536)
+                if not chunk:
+                    raise EOFError(f"stdout closed before an answer (exit {self._proc.poll()})")
+                self._buf += chunk
+        line, self._buf = self._buf.split(b"\n", 1)
+        return line
+
+    def answer(self, request_id: int) -> dict[str, object]:
+        """The answer to ``request_id`` (notifications and other messages before it are skipped)."""
+        while True:
+            message = json.loads(self.next())
+            if isinstance(message, dict) and message.get("id") == request_id:
+                if "result" not in message:
+                    raise RuntimeError(f"an error answer: {message!r}")
+                return message
 
 
 @dataclass(frozen=True)
@@ -129,7 +167,11 @@ def spawn_to_initialize(argv: Sequence[str], env: dict[str, str] | None = None) 
     return Sample(wall, _children_cpu_ms() - cpu_before)
 
 
-def _spawn_to_initialize_ms(argv: Sequence[str], env: dict[str, str] | None) -> float:
+def _spawn_to_initialize_ms(
+    argv: Sequence[str], env: dict[str, str] | None, *, tools: bool = False, expect: str | None = None
+) -> float:
+    """Milliseconds from spawn to the ``initialize`` answer (``tools``: to the first ``tools/list``
+    answer, sent after ``notifications/initialized``, which must name ``expect`` when given)."""
     started = time.perf_counter()
     proc = subprocess.Popen(
         argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env
@@ -138,13 +180,31 @@ def _spawn_to_initialize_ms(argv: Sequence[str], env: dict[str, str] | None) -> 
         assert proc.stdin is not None
         proc.stdin.write(INITIALIZE)
         proc.stdin.flush()
-        answer = json.loads(_read_line(proc, _ANSWER_S))
+        lines = _Lines(proc, _ANSWER_S)
+        lines.answer(1)
+        if not tools:
+            return (time.perf_counter() - started) * 1000
+        proc.stdin.write(INITIALIZED + TOOLS_LIST)
+        proc.stdin.flush()
+        result = lines.answer(2)["result"]
         elapsed = (time.perf_counter() - started) * 1000
-        if answer.get("id") != 1 or "result" not in answer:
-            raise RuntimeError(f"not an initialize answer: {answer!r}")
+        listed = result.get("tools", []) if isinstance(result, dict) else []
+        names = {tool.get("name") for tool in listed if isinstance(tool, dict)}
+        if expect is not None and expect not in names:
+            raise RuntimeError(f"the first tools/list lacks {expect!r} ({len(names)} tools)")
         return elapsed
     finally:
         _reap(proc)
+
+
+def spawn_to_tools(
+    argv: Sequence[str], env: dict[str, str] | None = None, *, expect: str | None = None
+) -> Sample:
+    """Spawn ``argv``, time its first ``tools/list`` answer (after ``initialize`` and
+    ``notifications/initialized``); ``expect``: a tool name the list must hold. Reaped as above."""
+    cpu_before = _children_cpu_ms()
+    wall = _spawn_to_initialize_ms(argv, env, tools=True, expect=expect)
+    return Sample(wall, _children_cpu_ms() - cpu_before)
 
 
 def spawn_to_exit(argv: Sequence[str]) -> Sample:
@@ -159,6 +219,40 @@ def _gateway_argv(work: Path) -> list[str]:
     script = Path(sys.executable).with_name("remoteops-gateway")
     command = [str(script)] if script.exists() else [sys.executable, "-m", "gateway"]
     return [*command, "--config", str(cfg), "serve", "--stdio"]
+
+
+# The gateway entered past its launcher: no early spawn (and the optional imports not kept out).
+_LATE_ARGV = [sys.executable, "-c", "import sys; from gateway.cli import main; raise SystemExit(main())"]
+
+
+def _upstream_configs(
+    work: Path, upstream: Sequence[str], env: dict[str, str]
+) -> tuple[list[str], list[str]]:
+    """argv of the gateway with libtmux-mcp as its stdio upstream: through the launcher, and past it."""
+    (work / "state-up").mkdir(exist_ok=True)
+    cfg = write_config(
+        work / "gateway-upstream.toml",
+        {
+            "state_dir": str(work / "state-up"),
+            "upstreams": [
+                {
+                    "connection": {
+                        "name": "tmux",
+                        "transport": "stdio",
+                        "command": list(upstream),
+                        "env": env,
+                        # the list waits for the upstream however loaded the machine (default: 5 s)
+                        "first_list_wait_s": 120.0,
+                        "connect_timeout_s": 120.0,
+                    }
+                }
+            ],
+        },
+    )
+    script = Path(sys.executable).with_name("remoteops-gateway")
+    command = [str(script)] if script.exists() else [sys.executable, "-m", "gateway"]
+    tail = ["--config", str(cfg), "serve", "--stdio"]
+    return [*command, *tail], [*_LATE_ARGV, *tail]
 
 
 FLOOR_ARGV = [sys.executable, "-c", "import mcp.server.lowlevel.server, mcp.server.stdio"]
@@ -193,7 +287,9 @@ def _summary(samples: list[Sample]) -> dict[str, float]:
     }
 
 
-def run(runs: int, *, peer: bool = True) -> dict[str, dict[str, float]]:
+def run(
+    runs: int, *, peer: bool = True, upstream: bool = True, warmup: bool = True
+) -> dict[str, dict[str, float]]:
     work = Path(tempfile.mkdtemp(prefix="bench-startup-"))
     try:
         gateway = _gateway_argv(work)
@@ -202,11 +298,19 @@ def run(runs: int, *, peer: bool = True) -> dict[str, dict[str, float]]:
             ROW_IMPORTS: lambda: spawn_to_exit(IMPORTS_ARGV),
             ROW_FLOOR: lambda: spawn_to_exit(FLOOR_ARGV),
         }
-        found = _peer() if peer else None
-        if found is not None:
+        found = _peer() if peer or upstream else None
+        if found is not None and peer:
             argv, env = found
             subjects[ROW_PEER] = lambda: spawn_to_initialize(argv, env)
-        for measure in subjects.values():  # warm the page cache and __pycache__ once
+        if found is not None and upstream:
+            up_argv, up_env = found
+            own = {k: up_env[k] for k in ("FASTMCP_SHOW_SERVER_BANNER", "LIBTMUX_SOCKET")}
+            both, late = _upstream_configs(work, up_argv, own)
+            subjects[ROW_TOOLS_GATEWAY] = lambda: spawn_to_tools(gateway)
+            subjects[ROW_TOOLS_UPSTREAM] = lambda: spawn_to_tools(up_argv, up_env, expect=RELAYED_TOOL)
+            subjects[ROW_TOOLS_BOTH] = lambda: spawn_to_tools(both, expect=RELAYED_TOOL)
+            subjects[ROW_TOOLS_SEQUENTIAL] = lambda: spawn_to_tools(late, expect=RELAYED_TOOL)
+        for measure in subjects.values() if warmup else ():  # warm the page cache and __pycache__ once
             measure()
         samples: dict[str, list[Sample]] = {name: [] for name in subjects}
         for _ in range(runs):
@@ -221,9 +325,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else "")
     parser.add_argument("--runs", type=int, default=RUNS)
     parser.add_argument("--json", action="store_true")
+    parser.add_argument(
+        "--no-warmup", action="store_true", help="skip the untimed first spawn of each subject (smoke runs)"
+    )
+    parser.add_argument("--json-out", type=Path, metavar="FILE", help="also write the rows as JSON to FILE")
     parser.add_argument("--no-peer", action="store_true", help="skip the libtmux-mcp row")
+    parser.add_argument(
+        "--no-upstream", action="store_true", help="skip the first-tools/list rows (gateway with libtmux-mcp)"
+    )
     args = parser.parse_args(argv)
-    rows = run(args.runs, peer=not args.no_peer)
+    rows = run(args.runs, peer=not args.no_peer, upstream=not args.no_upstream, warmup=not args.no_warmup)
+    if args.json_out is not None:
+        args.json_out.write_text(json.dumps(rows, indent=2) + "\n", encoding="utf-8")
     if args.json:
         print(json.dumps(rows, indent=2))
         return 0
@@ -235,7 +348,18 @@ def main(argv: Sequence[str] | None = None) -> int:
             f"| {name} | {row['median_ms']:.0f} | {row['p95_ms']:.0f} | {row['min_ms']:.0f} "
             f"| {row['cpu_median_ms']:.0f} |"
         )
+    ratio = overlap_ratio(rows)
+    if ratio is not None:
+        print(f"\ngateway + upstream over the slower alone (median): {ratio:.2f}x (aim <= 1.15)")
     return 0
+
+
+def overlap_ratio(rows: dict[str, dict[str, float]]) -> float | None:
+    """The first tools/list of the gateway with its upstream over the slower of the two alone (medians)."""
+    if ROW_TOOLS_BOTH not in rows:
+        return None
+    alone = max(rows[ROW_TOOLS_GATEWAY]["median_ms"], rows[ROW_TOOLS_UPSTREAM]["median_ms"])
+    return rows[ROW_TOOLS_BOTH]["median_ms"] / alone
 
 
 if __name__ == "__main__":

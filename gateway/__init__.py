@@ -1,5 +1,5 @@
 """remoteops-gateway: the composition root and the only package that serves MCP."""
 
-from gateway.cli import main
+from gateway._launch import main
 
 __all__ = ["main"]

@@ -1,5 +1,5 @@
 """``python -m gateway`` = the ``remoteops-gateway`` command."""
 
-from gateway.cli import main
+from gateway._launch import main
 
 raise SystemExit(main())

@@ -60,6 +60,10 @@ class ToolSpec(Generic[CtxT, InT, OutT]):
     handler: Callable[[CtxT, InT], Awaitable[OutT]]
     render: Callable[[OutT], str] = field(default=lambda out: out.model_dump_json(indent=None))
     """Short text rendering placed in ``content`` next to ``structuredContent``."""
+    text_field: str | None = None
+    """An output field (a string) carried once, as the result's second text block (``content[1]``), and
+    left out of ``structuredContent`` (the output schema does not require it): a large payload the model
+    should see once — a file's content — instead of twice (in ``structuredContent`` and in the text)."""
     unavailable: Callable[[Any], str | None] | None = None
     """Given the gateway settings: why the tool cannot be offered (e.g. nothing configured), or None."""
 

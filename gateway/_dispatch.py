@@ -31,6 +31,8 @@ from gateway._errmap import translate
 from gateway._errors import ErrorCode, ToolFailure
 from gateway._redact import Redactor
 from gateway._runtime import Runtime
+from gateway.approvals.gate import APPROVAL_KEY, ApprovalInputRequired, approval_resume, await_approval
+from gateway.approvals.hub import Approval
 from gateway.auth.policy import Policy, Principal
 from gateway.relay.tools import RelayedTool
 from gateway.secrets.broker import INPUT_KEY, Resume, UrlElicitor
@@ -175,44 +177,56 @@ def _validation_failure(name: str, exc: ValidationError) -> ToolFailure:
     return ToolFailure(ErrorCode.VALIDATION_ERROR, f"invalid arguments for {name}: {shown}", details=details)
 
 
-async def _run_own(spec: AnySpec, ctx: ToolContext, arguments: dict[str, Any]) -> types.CallToolResult:
+def _validated(spec: AnySpec, arguments: dict[str, Any]) -> BaseModel:
     try:
-        args = spec.input_model.model_validate(arguments)
+        args: BaseModel = spec.input_model.model_validate(arguments)
+        return args
     except ValidationError as exc:
         raise _validation_failure(spec.name, exc) from None
+
+
+async def _run_own(spec: AnySpec, ctx: ToolContext, arguments: dict[str, Any]) -> types.CallToolResult:
+    args = _validated(spec, arguments)
     output: BaseModel = await spec.handler(ctx, args)
-    text, structured = spec.render(output), output.model_dump(mode="json")
+    carried = spec.text_field
+    text = spec.render(output)
+    structured = output.model_dump(mode="json", exclude={carried} if carried else None)
+    texts = [text, getattr(output, carried)] if carried else [text]
     meta: dict[str, Any] | None = None
     if ctx.runtime.settings.redaction.output == "mask":
-        text, structured, note = scrub_output(ctx.runtime.redactor, text, structured, ctx.audit_facts)
+        texts, structured, note = scrub_output(ctx.runtime.redactor, texts, structured, ctx.audit_facts)
         meta = {REDACTED_META_KEY: note} if note is not None else None
     return types.CallToolResult(
-        content=[types.TextContent(type="text", text=text)], structured_content=structured, meta=meta
+        content=[types.TextContent(type="text", text=t) for t in texts],
+        structured_content=structured,
+        meta=meta,
     )
 
 
 def scrub_output(
-    redactor: Redactor, text: str, structured: dict[str, Any], facts: dict[str, Any]
-) -> tuple[str, dict[str, Any], dict[str, Any] | None]:
+    redactor: Redactor, texts: list[str], structured: dict[str, Any], facts: dict[str, Any]
+) -> tuple[list[str], dict[str, Any], dict[str, Any] | None]:
     """``[redaction] output = "mask"``: credential shapes masked in a result, never silently. Returns
-    the text, the structured content (still valid against the tool's output schema) and the note
-    ``{"count", "kinds"}`` for the result's ``_meta`` (:data:`REDACTED_META_KEY`) and the audit record's
-    facts; the text gains a line saying what was masked. A byte-exact result (``encoding = "base64"``)
-    is left as it is, and its note says so. Nothing found: all as it was, no note."""
+    the text blocks (the rendering, then a carried field, ``ToolSpec.text_field``), the structured content
+    (still valid against the tool's output schema) and the note ``{"count", "kinds"}`` for the result's
+    ``_meta`` (:data:`REDACTED_META_KEY`) and the audit record's facts; the first text gains a line saying
+    what was masked. A byte-exact result (``encoding = "base64"``) is left as it is, and its note says so.
+    Nothing found: all as it was, no note."""
     if structured.get("encoding") == "base64":
         note: dict[str, Any] = {"count": 0, "skipped": "encoding=base64 is byte-exact: not scanned"}
         facts["redacted"] = note
-        return text, structured, note
+        return texts, structured, note
     kinds: dict[str, int] = {}
     masked = redactor.scrub_any(structured, kinds)
-    masked_text, _ = redactor.scrub(text)
+    head, _ = redactor.scrub(texts[0])
+    carried = redactor.scrub_any(texts[1:], kinds)
     if not kinds:
-        return text, structured, None
+        return texts, structured, None
     note = {"count": sum(kinds.values()), "kinds": kinds}
     facts["redacted"] = note
     named = ", ".join(f"{kind}: {count}" for kind, count in sorted(kinds.items()))
-    masked_text += f"\n[output scrubbing masked {note['count']} secret(s): {named}]"
-    return masked_text, masked, note
+    head += f"\n[output scrubbing masked {note['count']} secret(s): {named}]"
+    return [head, *carried], masked, note
 
 
 def _relayed_arguments(rt: Runtime, relayed: RelayedTool | None, arguments: dict[str, Any]) -> Any:
@@ -266,6 +280,7 @@ async def dispatch_call(
     # Every log line of this call (ours, the runtime's, the relay's) names the caller and the request.
     log_context = structlog.contextvars.bind_contextvars(principal=principal.label, request_id=request_id)
     facts: dict[str, Any] = {}
+    approved: Approval | None = None
     try:
         if disabled is not None:  # an own tool the configuration leaves out: say how to enable it
             raise ToolFailure(ErrorCode.POLICY_DENIED, disabled[0], details={"tool": name, **disabled[1]})
@@ -286,6 +301,21 @@ async def dispatch_call(
                 f"argument {not_unicode} is not valid Unicode (lone surrogate)",
                 details={"argument": not_unicode},
             )
+        if own is not None and rt.settings.approvals.rules:
+            _validated(own, arguments)  # a human is never asked to approve a call that cannot run
+        approved = await await_approval(  # [[approvals.rules]]: a matching call waits for a human
+            rt,
+            principal=principal,
+            tool=name,
+            toolset=toolset,
+            target=target if own is not None else None,
+            arguments=arguments,
+            elicitor=elicitor,
+            report_progress=report_progress,
+            facts=facts,
+            input_required=input_required,
+            resume=approval_resume(rt, params, principal) if input_required else None,
+        )
         if own is not None:
             ctx = ToolContext(
                 runtime=rt,
@@ -321,6 +351,15 @@ async def dispatch_call(
         outcome, code = "upstream_rejected", None
         raise
     except Exception as exc:
+        if approved is not None and isinstance(exc, SecretRequired):
+            rt.approvals.keep(approved)  # nothing ran: the retry after the password page is still approved
+        if isinstance(exc, ApprovalInputRequired):  # 2026-07-28: the approval link as a URL elicitation
+            outcome, code = "input_required", ErrorCode.POLICY_DENIED.value
+            url_params = types.ElicitRequestURLParams(message=exc.message, url=exc.url)
+            return types.InputRequiredResult(
+                input_requests={APPROVAL_KEY: types.ElicitRequest(params=url_params)},
+                request_state=exc.request_state,
+            )
         if input_required and isinstance(exc, SecretRequired):
             # 2026-07-28: the link goes to the client as a URL elicitation; its retry waits for the page
             outcome, code = "input_required", ErrorCode.PRIVILEGE_ERROR.value

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from contextlib import AsyncExitStack
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -17,10 +17,13 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Self
 
 from gateway._catalog import AnySpec, Catalog, Toolset, build_catalog
+from gateway._early import EarlyUpstreams
 from gateway._redact import Redactor
 from gateway._version import __version__
+from gateway.approvals.hub import ApprovalHub
 from gateway.audit.log import AuditLog
 from gateway.config import Settings
+from gateway.mcptasks import McpTasks
 from gateway.relay.tools import Relay
 from gateway.secrets.broker import SecretBroker
 from gateway.secrets.listener import LoopbackListener
@@ -60,8 +63,17 @@ def _shipper(settings: Settings, redactor: Redactor) -> AuditShipper | None:
 
 class Runtime:
     def __init__(
-        self, settings: Settings, specs: Sequence[AnySpec], *, redactor: Redactor | None = None
+        self,
+        settings: Settings,
+        specs: Sequence[AnySpec],
+        *,
+        redactor: Redactor | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        early: EarlyUpstreams | None = None,
     ) -> None:
+        """``clock`` (monotonic seconds) measures lifetimes: the one-time links, the entered passwords and
+        the approvals. ``early``: stdio upstreams started before the imports (``gateway._early``), for the
+        relay."""
         self.settings = settings
         # Fail closed before anything starts: unclassified tools, unknown toolsets or names stop here.
         self.catalog: Catalog = build_catalog(
@@ -90,11 +102,21 @@ class Runtime:
         )
         self.remote = RemoteOps(settings.transport, settings.targets, privilege=settings.root)
         # passwords for root: entered on a one-time page (the HTTP listener, else a loopback one)
-        self.secrets = SecretBroker(settings.root, self.redactor)
+        self.secrets = SecretBroker(settings.root, self.redactor, clock=clock)
         self.secret_listener = LoopbackListener(self.secrets, settings.root.entry_port)
         self.secrets.open_with(self.secret_listener.start)
+        # calls matching [[approvals.rules]] wait here for a human operator (pages: gateway.console)
+        self.approvals = ApprovalHub(settings.approvals.timeout_s, clock=clock)
+        self.approvals.open_with(self.secret_listener.start)
         self.state = StateStore(settings.state_dir)
         self.tasks = RemoteTasks(self.remote, self.state, settings.tasks, settings.transport)
+        self.mcp_tasks = McpTasks(
+            self.state,
+            settings.mcp_tasks,
+            self.tasks,
+            self.audit,
+            output_cap_bytes=settings.transport.output_cap_bytes,
+        )
         self.sessions = RemoteSessions(self.remote, self.state, settings.sessions, settings.transport)
         self.transfers = Transfers(self.remote, settings.transport, settings.transfers)
         self.forwards = ForwardManager(
@@ -109,8 +131,20 @@ class Runtime:
             own_names=frozenset(self.catalog.enabled),
             enabled="upstream" in settings.tools.toolsets,
             redactor=self.redactor,
+            early=early,
         )
         self._stack: AsyncExitStack | None = None
+        self._on_stop: list[Callable[[], None]] = []
+
+    def on_stop(self, callback: Callable[[], None]) -> None:
+        """``callback()`` once, when serving stops (before the runtime closes): long-lived streams end."""
+        self._on_stop.append(callback)
+
+    def stopping(self) -> None:
+        """Serving stops: tell whoever asked (the console's live streams), once."""
+        callbacks, self._on_stop = self._on_stop, []
+        for callback in callbacks:
+            callback()
 
     async def __aenter__(self) -> Self:
         async with AsyncExitStack() as stack:
@@ -119,6 +153,7 @@ class Runtime:
             await stack.enter_async_context(self.secret_listener)
             await stack.enter_async_context(self.remote)
             await stack.enter_async_context(self.tasks)
+            await stack.enter_async_context(self.mcp_tasks)  # after the remote tasks it watches
             await stack.enter_async_context(self.sessions)
             await stack.enter_async_context(self.forwards)
             await stack.enter_async_context(self.relay)
@@ -128,6 +163,7 @@ class Runtime:
     async def __aexit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
+        self.stopping()
         stack, self._stack = self._stack, None
         if stack is not None:
             await stack.aclose()

@@ -29,6 +29,7 @@ import anyio
 
 from gateway._catalog import AnySpec, build_catalog
 from gateway._demo import demo_settings
+from gateway._early import EarlyUpstreams
 from gateway._errors import ConfigError, GatewayError
 from gateway._logging import configure_logging
 from gateway._redact import Redactor
@@ -445,6 +446,7 @@ def _serve(
     show_token: bool = False,
     prepare: Prepare = _as_is,
     state_lock: DirectoryLock | None = None,
+    early: EarlyUpstreams | None = None,
 ) -> None:
     """Serve; ``prepare`` may start something first (the demo target) and adjust the settings.
 
@@ -454,13 +456,21 @@ def _serve(
         raise ConfigError.of(problems)
     lock = state_lock or _state_lock(settings)
     try:
-        _serve_locked(settings, stdio=stdio, ready_file=ready_file, show_token=show_token, prepare=prepare)
+        _serve_locked(
+            settings, stdio=stdio, ready_file=ready_file, show_token=show_token, prepare=prepare, early=early
+        )
     finally:
         lock.release()
 
 
 def _serve_locked(
-    settings: Settings, *, stdio: bool, ready_file: Path | None, show_token: bool, prepare: Prepare
+    settings: Settings,
+    *,
+    stdio: bool,
+    ready_file: Path | None,
+    show_token: bool,
+    prepare: Prepare,
+    early: EarlyUpstreams | None,
 ) -> None:
     redactor = Redactor()
     token: str | None = None
@@ -475,7 +485,7 @@ def _serve_locked(
     async def run() -> None:
         async with prepare(settings) as effective:
             if stdio:
-                await serve_stdio(effective, specs, redactor)
+                await serve_stdio(effective, specs, redactor, early=early)
             else:
                 await serve_http(
                     effective, specs, redactor, token=token, ready_file=ready_file, show_token=show_token
@@ -506,11 +516,13 @@ def _quiet_broken_pipe() -> int:
     return 141  # what a shell reports for a command ended by SIGPIPE
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def main(argv: Sequence[str] | None = None, *, early: EarlyUpstreams | None = None) -> int:
+    """``early``: stdio upstreams the entry point started before importing this module (``gateway._early``);
+    ``serve --stdio`` hands each to its upstream when the loaded settings match it."""
     parser = _parser()
     args = parser.parse_args(argv)
     try:
-        return _run(args)
+        return _run(args, early)
     except ConfigError as exc:
         if args.command == "config":  # config check shows every problem, one per line
             for problem in exc.problems:
@@ -527,7 +539,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
 
 
-def _run(args: argparse.Namespace) -> int:
+def _run(args: argparse.Namespace, early: EarlyUpstreams | None = None) -> int:
     if args.command == "tools":  # needs no configuration
         specs = all_specs()
         if args.markdown:
@@ -548,7 +560,7 @@ def _run(args: argparse.Namespace) -> int:
         return code
     if args.command == "serve":
         settings = _with_overrides(settings, args.host, args.port)
-        _serve(settings, stdio=args.stdio, ready_file=args.ready_file)
+        _serve(settings, stdio=args.stdio, ready_file=args.ready_file, early=early)
         return 0
     if args.command == "demo":
         settings, state_lock = _demo_state(settings)  # before the overrides: they mark every field set

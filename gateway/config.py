@@ -17,17 +17,28 @@ from pathlib import Path
 from typing import Annotated, Any, Literal, Self
 from urllib.parse import urlsplit
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 from gateway._errors import ConfigError
 from remoteops import (
+    FleetSettings,
     ForwardSettings,
+    GroupMember,
     PrivilegeSettings,
     SessionSettings,
     TargetSpec,
     TaskSettings,
     TransferSettings,
     TransportSettings,
+    check_groups,
 )
 from upstream import UpstreamSettings
 
@@ -35,9 +46,13 @@ __all__ = [
     "CONFIG_ENV",
     "DEFAULT_SCOPES",
     "ENV_PREFIX",
+    "ApprovalRule",
+    "ApprovalSettings",
     "AuditSettings",
     "AuditShipSettings",
     "AuthSettings",
+    "ConsoleSettings",
+    "McpTaskSettings",
     "OAuthSettings",
     "RootSettings",
     "ServerSettings",
@@ -56,6 +71,8 @@ CONFIG_ENV = "REMOTEOPS_GATEWAY_CONFIG"
 ENV_PREFIX = "REMOTEOPS_GATEWAY__"
 
 _FROZEN = ConfigDict(extra="forbid", frozen=True)
+
+GroupName = Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")]
 
 
 def default_state_dir() -> Path:
@@ -343,6 +360,99 @@ class RootSettings(PrivilegeSettings):
     """stdio mode: port of the loopback-only listener opened for the entry page (0: any free port)."""
 
 
+class McpTaskSettings(BaseModel):
+    """``[mcp_tasks]``: long tool calls answered with a durable task handle (the MCP Tasks extension,
+    ``io.modelcontextprotocol/tasks``; the 2025-11-25 tasks utility before it). ``docs/mcp-tasks.md``."""
+
+    model_config = _FROZEN
+
+    enabled: bool = True
+    """Advertise tasks and answer eligible calls of declaring clients with a task handle."""
+    threshold_s: Annotated[float, Field(gt=0, le=86_400)] = 60.0
+    """A call whose ``timeout_s`` is at least this long becomes a task (``remote_exec``, ``task_wait``...)."""
+    always: tuple[str, ...] = (
+        "exec_many",
+        "upload_many",
+        "remote_upload",
+        "remote_download",
+        "remote_sync",
+        "admin_transaction",
+        "task_wait",
+        "session_wait_for",
+    )
+    """Tools that always become a task for a declaring client (names of tools not served are ignored)."""
+    ttl_s: Annotated[float, Field(ge=60, le=30 * 86_400)] = 86_400.0
+    """How long a task and its result are kept after creation (a 2025-11-25 client may ask for less)."""
+    poll_interval_ms: Annotated[int, Field(ge=100, le=600_000)] = 1000
+    """The polling interval suggested to clients."""
+    max_active_per_principal: Annotated[int, Field(ge=1, le=10_000)] = 64
+    """Tasks one caller may have working at once; beyond it calls run inline as before."""
+
+
+class ApprovalRule(BaseModel):
+    """One ``[[approvals.rules]]`` entry: a call matching it waits for a human's decision.
+
+    Every non-empty field must match (within a field, any value does): ``toolsets`` and ``tools`` by name,
+    ``targets`` and ``principals`` as globs (``prod-*``; a principal by label ``oauth:alice`` or subject),
+    ``paths`` as path prefixes of the call's path arguments (``/etc`` covers ``/etc`` and ``/etc/...``).
+    A rule naming targets (or paths) also matches a call that names none: fail closed."""
+
+    model_config = _FROZEN
+
+    name: str = ""
+    """Shown to the human and in the audit record (default: the rule's position)."""
+    toolsets: tuple[str, ...] = ()
+    tools: tuple[str, ...] = ()
+    targets: tuple[str, ...] = ()
+    principals: tuple[str, ...] = ()
+    paths: tuple[str, ...] = ()
+
+    @model_validator(mode="after")
+    def _not_empty(self) -> Self:
+        if not (self.toolsets or self.tools or self.targets or self.principals or self.paths):
+            raise ValueError(
+                "an approval rule names at least one of toolsets, tools, targets, principals, paths"
+            )
+        for prefix in self.paths:
+            if not prefix.startswith("/"):
+                raise ValueError(f"approval path prefix {prefix!r} must be absolute")
+        return self
+
+
+class ApprovalSettings(BaseModel):
+    """``[approvals]``: which calls wait for a human operator's decision, and for how long."""
+
+    model_config = _FROZEN
+
+    rules: tuple[ApprovalRule, ...] = ()
+    timeout_s: Annotated[float, Field(gt=0, le=86400)] = 300.0
+    """How long a call (or its approval link) waits for the decision; then ``approval_timeout``."""
+    progress_interval_s: Annotated[float, Field(gt=0, le=60)] = 5.0
+    """A waiting call sends an MCP progress notification this often (clients keep it alive)."""
+    wait_without_elicitation: bool = False
+    """A client without URL elicitation: false = the call fails at once with the link (``approval_required``,
+    retry after the decision, like the password page); true = it waits (the human uses the console)."""
+
+
+class ConsoleSettings(BaseModel):
+    """``[console]``: the operator console and the approval pages on the gateway's HTTP listener."""
+
+    model_config = _FROZEN
+
+    operator_token_file: Path | None = None
+    """The static operator token (0600; never an argument): presented once on the login form. Unset:
+    ``<state_dir>/operator-token``, generated on first start. Never the same as the bearer token."""
+    operator_group: str = "operator"
+    """A trusted-proxy identity in this group is an operator without the token."""
+    session_ttl_s: Annotated[float, Field(ge=60, le=86400)] = 8 * 3600.0
+    recent_calls: Annotated[int, Field(ge=1, le=1000)] = 50
+    """Calls kept in memory for the console's live list."""
+    task_tail_bytes: Annotated[int, Field(ge=64, le=65536)] = 2048
+    secure_cookies: bool | None = None
+    """The session cookie's ``Secure`` flag: None = when the request came over https; true = always
+    (behind a TLS-terminating proxy, where the gateway itself sees http)."""
+
+
 class UpstreamEntry(BaseModel):
     """One relayed upstream: its connection settings plus the gateway-side gating of its tools."""
 
@@ -372,12 +482,18 @@ class Settings(BaseModel):
     tools: ToolSettings = ToolSettings()
     transport: TransportSettings = TransportSettings()
     tasks: TaskSettings = TaskSettings()
+    mcp_tasks: McpTaskSettings = McpTaskSettings()
     sessions: SessionSettings = SessionSettings()
     transfers: TransferSettings = TransferSettings()
     forwards: ForwardSettings = ForwardSettings()
     system: SystemSettings = SystemSettings()
     root: RootSettings = RootSettings()
+    fleet: FleetSettings = FleetSettings()
+    approvals: ApprovalSettings = ApprovalSettings()
+    console: ConsoleSettings = ConsoleSettings()
     targets: tuple[TargetSpec, ...] = ()
+    groups: Mapping[GroupName, tuple[GroupMember, ...]] = Field(default_factory=dict)
+    """``[groups]``: named groups of targets for the fleet tools: target names and/or ``{labels = {...}}``."""
     upstreams: tuple[UpstreamEntry, ...] = ()
     log_level: Literal["debug", "info", "warning", "error"] = "info"
 
@@ -385,6 +501,14 @@ class Settings(BaseModel):
     @classmethod
     def _unique_targets(cls, value: tuple[TargetSpec, ...]) -> tuple[TargetSpec, ...]:
         _no_duplicates([t.name for t in value], "target")
+        return value
+
+    @field_validator("groups")
+    @classmethod
+    def _groups_name_targets(
+        cls, value: Mapping[str, tuple[GroupMember, ...]], info: ValidationInfo
+    ) -> Mapping[str, tuple[GroupMember, ...]]:
+        check_groups(value, info.data.get("targets", ()))
         return value
 
     @model_validator(mode="after")
@@ -412,6 +536,10 @@ class Settings(BaseModel):
     @property
     def token_path(self) -> Path:
         return self.auth.token_file or self.state_dir / "token"
+
+    @property
+    def operator_token_path(self) -> Path:
+        return self.console.operator_token_file or self.state_dir / "operator-token"
 
 
 def _merge(base: dict[str, Any], override: Mapping[str, Any]) -> dict[str, Any]:

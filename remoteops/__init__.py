@@ -81,6 +81,21 @@ from remoteops.files.requests import (
     TreeDepth,
     check_bytes_or_lines,
 )
+from remoteops.fleet.models import (
+    Count,
+    FleetPlan,
+    FleetRun,
+    FleetSettings,
+    GroupMember,
+    LabelMatch,
+    Outcome,
+    Selector,
+    SkipReason,
+    TargetRecord,
+)
+from remoteops.fleet.runner import FleetRunner, OnDone
+from remoteops.fleet.selectors import Resolution, check_groups, resolve_selector
+from remoteops.fleet.summary import exec_succeeded, group_identical
 from remoteops.forwards.errors import ForwardConflict, ForwardError, ForwardNotFound, ForwardStartFailed
 from remoteops.forwards.manager import ForwardManager
 from remoteops.forwards.models import (
@@ -103,7 +118,15 @@ from remoteops.privilege.models import (
     ProviderAttempt,
     ProviderName,
 )
-from remoteops.requests import CommandRequest, RequestModel, TargetName, check_time_limit
+from remoteops.requests import (
+    CommandBody,
+    CommandRequest,
+    RequestModel,
+    TargetName,
+    check_env_name,
+    check_time_limit,
+    command_words,
+)
 from remoteops.sessions.errors import (
     SessionCapabilityMissing,
     SessionConflict,
@@ -233,10 +256,12 @@ __all__ = [
     "CarrierState",
     "ChecksumMismatch",
     "Collection",
+    "CommandBody",
     "CommandRequest",
     "CommandTimeout",
     "ConnectError",
     "ConnectReason",
+    "Count",
     "DeleteResult",
     "DestinationExists",
     "DiagnoseReport",
@@ -255,6 +280,10 @@ __all__ = [
     "FileNotFound",
     "FileRequestInvalid",
     "Filesystem",
+    "FleetPlan",
+    "FleetRun",
+    "FleetRunner",
+    "FleetSettings",
     "ForwardCheck",
     "ForwardClosed",
     "ForwardConflict",
@@ -277,6 +306,7 @@ __all__ = [
     "GrepMatch",
     "GrepResult",
     "GrepSkipped",
+    "GroupMember",
     "HostKeyError",
     "HostKeyPolicy",
     "Hunk",
@@ -287,6 +317,7 @@ __all__ = [
     "JournalEntry",
     "JournalPage",
     "KeyName",
+    "LabelMatch",
     "Leftover",
     "ListError",
     "ListResult",
@@ -298,7 +329,9 @@ __all__ = [
     "MoveResult",
     "MultiplexMode",
     "MultiplexState",
+    "OnDone",
     "OsRelease",
+    "Outcome",
     "PatchResult",
     "PathArg",
     "PathBreakdown",
@@ -332,6 +365,7 @@ __all__ = [
     "RemoteTasks",
     "RenderedCommand",
     "RequestModel",
+    "Resolution",
     "ScopedCapabilityMissing",
     "ScopedConflict",
     "ScopedError",
@@ -341,6 +375,7 @@ __all__ = [
     "SecretRequired",
     "SecretSource",
     "SectionError",
+    "Selector",
     "SendMode",
     "ServiceName",
     "SessionCapabilityMissing",
@@ -365,6 +400,7 @@ __all__ = [
     "SignalDenied",
     "SignalName",
     "SignalResult",
+    "SkipReason",
     "StateForwardStore",
     "StateProblem",
     "StateStore",
@@ -380,6 +416,7 @@ __all__ = [
     "TargetIdentity",
     "TargetInfo",
     "TargetName",
+    "TargetRecord",
     "TargetSpec",
     "TaskCancelResult",
     "TaskCapabilityMissing",
@@ -427,10 +464,16 @@ __all__ = [
     "WriteResult",
     "atomic_write",
     "check_bytes_or_lines",
+    "check_env_name",
+    "check_groups",
     "check_time_limit",
     "check_unit",
+    "command_words",
+    "exec_succeeded",
+    "group_identical",
     "permission_denial",
     "render_command",
+    "resolve_selector",
     "service_unit",
     "supervised_child",
 ]

@@ -133,6 +133,7 @@ class TargetInfo(BaseModel):
 
     name: str
     host: str
+    labels: dict[str, str] = Field(default_factory=dict)
     identity: TargetIdentity | None = None
     identity_error: str | None = None
     multiplex: MultiplexState

@@ -187,6 +187,7 @@ class RemoteOps:
                 TargetInfo(
                     name=target.name,
                     host=target.host,
+                    labels=dict(target.labels),
                     identity=identity,
                     identity_error=error,
                     multiplex=pool.state(target, identity),

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -16,6 +16,9 @@ CarrierMode = Literal["auto", "agent", "ssh"]
 HostKeyPolicy = Literal["strict", "accept-new"]
 
 _FROZEN = ConfigDict(frozen=True, extra="forbid")
+
+LabelKey = Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.\-/]{0,62}$")]
+LabelValue = Annotated[str, Field(pattern=r"^[A-Za-z0-9_.\-/:@]{0,128}$")]
 
 
 class TransportSettings(BaseModel):
@@ -66,3 +69,5 @@ class TargetSpec(BaseModel):
     host_key_policy: HostKeyPolicy = "strict"
     carrier: CarrierMode | None = None  # None: the transport's setting
     protected_paths: tuple[str, ...] = ()  # remote_delete refuses these (and directories holding them)
+    # ``labels = {role = "web", env = "prod"}``: what fleet selectors match (``remoteops.fleet``)
+    labels: dict[LabelKey, LabelValue] = Field(default_factory=dict, max_length=32)

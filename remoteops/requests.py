@@ -21,6 +21,7 @@ from remoteops._errors import InvalidRequest
 
 __all__ = [
     "ENV_NAME",
+    "CommandBody",
     "CommandRequest",
     "RequestModel",
     "TargetName",
@@ -134,10 +135,10 @@ def check_pattern_line(
         )
 
 
-class CommandRequest(RequestModel):
-    """A command for a target: ``argv`` xor ``shell``, ``cwd``, ``env`` (names checked)."""
+class CommandBody(RequestModel):
+    """A command without its target: ``argv`` xor ``shell``, ``cwd``, ``env`` (names checked); the fleet
+    tools run one on many targets."""
 
-    target: TargetName
     argv: list[str] | None = Field(
         None, min_length=1, description="Program and arguments, executed literally (no shell). Preferred."
     )
@@ -158,3 +159,11 @@ class CommandRequest(RequestModel):
     def _one_command(self) -> Self:
         command_words(self.argv, self.shell)
         return self
+
+
+class _TargetRequest(RequestModel):
+    target: TargetName
+
+
+class CommandRequest(CommandBody, _TargetRequest):
+    """A command for a target: ``target`` first, then what :class:`CommandBody` holds."""

@@ -24,6 +24,8 @@ Hypothesis profiles (tests/fixtures/profiles.py): ``dev`` by default, ``ci`` und
 
 from __future__ import annotations
 
+import shutil
+import tempfile
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
@@ -31,10 +33,12 @@ import pytest
 
 from tests.fixtures.bytecode import cache_bytecode
 
-cache_bytecode(Path(__file__).resolve().parents[1])  # before the imports below compile the project
+_PROJECT = Path(__file__).resolve().parents[1]
+cache_bytecode(_PROJECT)  # before the imports below compile the project
 
 from tests.fixtures import libtmux, profiles  # noqa: E402
 from tests.fixtures.sshd import SshdInstance, sshd_unavailable_reason, start_sshd  # noqa: E402
+from tests.fixtures.tier_cache import KindsCache  # noqa: E402
 from tests.fixtures.tiers import TIERS, kinds_reached, tier_of_kinds  # noqa: E402
 
 profiles.register_profiles()
@@ -75,10 +79,21 @@ def _stated_tier(item: pytest.Item) -> str | None:
     return max(stated, key=TIERS.index) if stated else None
 
 
-def tier_of(item: pytest.Item) -> tuple[str, frozenset[str]]:
-    """The item's tier and the kinds it reaches; raises UsageError for a stated tier below a tagged helper."""
-    function = getattr(item, "function", None)
-    kinds = kinds_reached([f for f in [function, *_fixture_functions(item)] if callable(f)])
+def _kinds_of(item: pytest.Item, cache: KindsCache | None) -> frozenset[str]:
+    cached = cache is not None and cache.covers(item.path)
+    kinds = cache.get(item.nodeid) if cache is not None and cached else None
+    if kinds is None:
+        function = getattr(item, "function", None)
+        kinds = kinds_reached([f for f in [function, *_fixture_functions(item)] if callable(f)])
+        if cache is not None and cached:
+            cache.put(item.nodeid, kinds)
+    return kinds
+
+
+def tier_of(item: pytest.Item, cache: KindsCache | None = None) -> tuple[str, frozenset[str]]:
+    """The item's tier and the kinds it reaches (kept in ``cache`` between runs while no source changed);
+    raises UsageError for a stated tier below a tagged helper."""
+    kinds = _kinds_of(item, cache)
     detected = tier_of_kinds(kinds)
     strong = tier_of_kinds(kinds - {"process"})  # from tagged helpers alone
     stated = _stated_tier(item)
@@ -98,8 +113,9 @@ def _is_timing(item: pytest.Item) -> bool:
 
 @pytest.hookimpl(tryfirst=True)  # before the mark plugin deselects by -m
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    cache = KindsCache(_PROJECT)
     for item in items:
-        tier, kinds = tier_of(item)
+        tier, kinds = tier_of(item, cache)
         for name in TIERS:
             if name != tier and item.get_closest_marker(name) is not None:
                 raise pytest.UsageError(f"{item.nodeid} states two tiers ({name} and {tier})")
@@ -111,6 +127,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.sshd)
         if _is_timing(item) and item.get_closest_marker("xdist_group") is None:
             item.add_marker(pytest.mark.xdist_group(TIMING_GROUP))
+    cache.save()
     items.sort(key=_front_rank)  # stable: every other test keeps its collection order
 
 
@@ -144,6 +161,17 @@ def sshd() -> Iterator[SshdInstance]:
         pytest.skip(reason)
     with start_sshd() as instance:
         yield instance
+
+
+@pytest.fixture
+def shared_dir() -> Iterator[Path]:
+    """A short directory every target user can write to (the target is this machine)."""
+    path = Path(tempfile.mkdtemp(prefix="rogt-", dir="/tmp"))
+    path.chmod(0o777)
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
 
 
 @pytest.fixture

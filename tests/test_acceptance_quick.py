@@ -32,6 +32,7 @@ IMPLEMENTED = {
     "files",
     "oauth",
     "tasks",
+    "mcp_tasks",
     "agent_channel",
     "forwards",
     "transfers",
@@ -46,10 +47,13 @@ IMPLEMENTED = {
     "burn_in",
     "sessions",
     "root",
+    "approvals",
     "system",
     "admin",
     "audit",
     "redaction",
+    "fleet",
+    "startup_overlap",
 }
 QUICK_BUDGET_S = 600.0
 """A ceiling for a loaded shared machine (quick must stay quick, not a timing check): the quick run takes

@@ -241,6 +241,7 @@ def _declared() -> set[str]:
     return out
 
 
+@functools.cache  # the installed metadata is read once for the two tests (seconds on a loaded machine)
 def _third_party_imports() -> dict[str, set[str]]:
     """Top-level third-party module → the distributions that provide it (from the installed metadata)."""
     provided = importlib.metadata.packages_distributions()
@@ -256,6 +257,7 @@ def _string_constants(path: Path) -> set[str]:
     return {n.value for n in _walk(path) if isinstance(n, ast.Constant) and isinstance(n.value, str)}
 
 
+@pytest.mark.xdist_group("installed-metadata")  # one read of it (see above)
 def test_every_declared_dependency_is_used_by_the_code() -> None:
     imported = set().union(*_third_party_imports().values())
     unused = []
@@ -269,6 +271,7 @@ def test_every_declared_dependency_is_used_by_the_code() -> None:
     assert unused == []
 
 
+@pytest.mark.xdist_group("installed-metadata")  # one read of it (see above)
 def test_every_imported_third_party_package_is_a_declared_dependency() -> None:
     declared = _declared()
     undeclared = {top: dists for top, dists in _third_party_imports().items() if not dists & declared}
@@ -600,7 +603,7 @@ def test_the_architecture_docs_name_every_sub_package() -> None:
 
 CORE_PACKAGES = ("ssh", "agent", "privilege")
 CORE_PUBLIC_MODULES = ("requests",)  # root modules of the core without the underscore: public by name
-CAPABILITY_PACKAGES = ("files", "tasks", "sessions", "transfers", "forwards", "system", "systemd")
+CAPABILITY_PACKAGES = ("files", "tasks", "sessions", "transfers", "forwards", "system", "systemd", "fleet")
 FACADE_MODULES = ("remoteops", "remoteops._ops")
 # Imports of remoteops modules inside functions (run when called, outside the module graph below), each with
 # the reason it is lazy. Anything else is imported at module level, where the cycle check sees it.

@@ -20,18 +20,49 @@ pytestmark = [
 ]
 
 
-def test_bench_startup_runs_and_prints_its_rows() -> None:
-    argv = [sys.executable, "-m", "acceptance.bench_startup", "--runs", "1", "--no-peer"]
+def test_bench_startup_runs_and_prints_its_rows_with_the_upstream_rows_and_the_overlap_ratio(
+    tmp_path: Path,
+) -> None:
+    out = tmp_path / "rows.json"
+    argv = [
+        *(sys.executable, "-m", "acceptance.bench_startup", "--runs", "1", "--no-peer", "--no-warmup"),
+        *("--json-out", str(out)),
+    ]
     done = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=600, check=False)
     assert done.returncode == 0, done.stderr[-4000:]
     assert "| subject | median ms | p95 ms | min ms | CPU ms (median) |" in done.stdout
-    for row in (bench_startup.ROW_GATEWAY, bench_startup.ROW_IMPORTS, bench_startup.ROW_FLOOR):
+    upstream_rows = (
+        bench_startup.ROW_TOOLS_GATEWAY,
+        bench_startup.ROW_TOOLS_UPSTREAM,
+        bench_startup.ROW_TOOLS_BOTH,
+        bench_startup.ROW_TOOLS_SEQUENTIAL,
+    )
+    for row in (
+        bench_startup.ROW_GATEWAY,
+        bench_startup.ROW_IMPORTS,
+        bench_startup.ROW_FLOOR,
+        *upstream_rows,
+    ):
         assert f"| {row} |" in done.stdout, done.stdout
-    assert bench_startup.ROW_PEER not in done.stdout
+    assert f"| {bench_startup.ROW_PEER} |" not in done.stdout
+    assert "gateway + upstream over the slower alone (median): " in done.stdout
+    rows = json.loads(out.read_text())
+    assert set(upstream_rows) <= set(rows)
+    assert bench_startup.overlap_ratio(rows) is not None
 
 
 def test_bench_startup_json_has_one_sample_per_run() -> None:
-    argv = [sys.executable, "-m", "acceptance.bench_startup", "--runs", "2", "--no-peer", "--json"]
+    argv = [
+        sys.executable,
+        "-m",
+        "acceptance.bench_startup",
+        "--runs",
+        "2",
+        "--no-peer",
+        "--no-upstream",
+        "--no-warmup",
+        "--json",
+    ]
     done = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=600, check=False)
     assert done.returncode == 0, done.stderr[-4000:]
     rows = json.loads(done.stdout)

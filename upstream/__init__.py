@@ -19,6 +19,7 @@ from upstream._health import UpstreamHealth, UpstreamState
 from upstream._reconnect import Backoff
 from upstream._relay import ProgressCallback
 from upstream._settings import UpstreamSettings
+from upstream._spawned import SpawnedProcess
 from upstream._stderr import StderrCallback, StderrLine
 from upstream._streams import DelegatingReadStream
 from upstream._supervisor import ToolsChangedCallback
@@ -33,6 +34,7 @@ __all__ = [
     "ElicitCallback",
     "ProgressCallback",
     "SecretCallback",
+    "SpawnedProcess",
     "StderrCallback",
     "StderrLine",
     "SurfaceCallback",

@@ -22,7 +22,7 @@ from typing import Final, TextIO
 
 import anyio
 
-__all__ = ["MAX_LINE_BYTES", "StderrCallback", "StderrLine", "stderr_pipe"]
+__all__ = ["MAX_LINE_BYTES", "StderrCallback", "StderrLine", "read_chunks", "stderr_pipe", "stderr_reader"]
 
 logger = logging.getLogger("upstream.stderr")
 
@@ -135,18 +135,24 @@ def _continues(first: str, line: str) -> bool:
     return ord(first[0]) in _BOX and ord(line[0]) in _BOX and first[0] not in "│┃"
 
 
+async def read_chunks(fd: int) -> AsyncIterator[bytes]:
+    """What a non-blocking pipe's read end gives, chunk by chunk, until end-of-file or a read error."""
+    while True:
+        await anyio.wait_readable(fd)
+        try:
+            chunk = os.read(fd, _READ_CHUNK)
+        except BlockingIOError:
+            continue
+        except OSError:
+            return
+        if not chunk:
+            return
+        yield chunk
+
+
 async def _pump(fd: int, lines: _Lines, done: anyio.Event) -> None:
     try:
-        while True:
-            await anyio.wait_readable(fd)
-            try:
-                chunk = os.read(fd, _READ_CHUNK)
-            except BlockingIOError:
-                continue
-            except OSError:
-                break
-            if not chunk:
-                break
+        async for chunk in read_chunks(fd):
             lines.feed(chunk)
         lines.flush()
     finally:
@@ -171,22 +177,36 @@ async def stderr_pipe(upstream: str, on_line: StderrCallback | None) -> AsyncIte
     read_fd, write_fd = os.pipe()
     sink: StderrSink | None = None
     try:
-        os.set_blocking(read_fd, False)
         sink = StderrSink(write_fd)
+    except BaseException:
+        os.close(read_fd)
+        os.close(write_fd)
+        raise
+    try:
+        async with stderr_reader(upstream, on_line, read_fd):
+            try:
+                yield sink
+            finally:
+                sink.spawned()
+    finally:
+        sink.spawned()
+
+
+@asynccontextmanager
+async def stderr_reader(upstream: str, on_line: StderrCallback | None, read_fd: int) -> AsyncIterator[None]:
+    """Pump ``read_fd`` (the read end of a child's stderr pipe, owned and closed here) line by line into
+    ``on_line`` while the context is open, and for the last lines after it (bounded)."""
+    try:
+        os.set_blocking(read_fd, False)
         lines = _Lines(upstream, on_line or log_stderr)
         done = anyio.Event()
         async with anyio.create_task_group() as tg:
             tg.start_soon(_pump, read_fd, lines, done)
             try:
-                yield sink
+                yield
             finally:
-                sink.spawned()
                 with anyio.CancelScope(shield=True), anyio.move_on_after(_DRAIN_S):
                     await done.wait()
                 tg.cancel_scope.cancel()
     finally:
-        if sink is None:
-            os.close(write_fd)
-        else:
-            sink.spawned()
         os.close(read_fd)

@@ -19,6 +19,7 @@ from typing import Any
 import anyio
 import anyio.abc
 import anyio.lowlevel
+import anyio.to_thread
 import mcp_types as types
 from mcp.shared.exceptions import MCPError
 from pydantic import ValidationError
@@ -33,6 +34,7 @@ from upstream._health import Stats, UpstreamState, utc_now_iso
 from upstream._liveness import LIVENESS_LOST, liveness
 from upstream._reconnect import Backoff
 from upstream._settings import UpstreamSettings
+from upstream._spawned import SpawnedProcess
 from upstream._stderr import StderrCallback
 from upstream._surface import SurfaceCache, SurfaceCallback
 from upstream._transport import SecretCallback, open_client
@@ -70,8 +72,11 @@ class Supervisor:
         on_surface_changed: SurfaceCallback | None = None,
         on_stderr: StderrCallback | None = None,
         on_secret: SecretCallback | None = None,
+        spawned: SpawnedProcess | None = None,
     ) -> None:
         self.settings = settings
+        self._spawned = spawned
+        """A stdio process started before the supervisor (it matches the settings): the first attempt's."""
         self.backoff = backoff
         self._on_tools_changed = on_tools_changed
         self._on_surface_changed = on_surface_changed
@@ -137,6 +142,10 @@ class Supervisor:
                 self.signal()
                 await anyio.sleep(self.stats.retry_delay_s)
         finally:
+            spawned, self._spawned = self._spawned, None
+            if spawned is not None:  # stopped before the first attempt took it
+                with anyio.CancelScope(shield=True):
+                    await anyio.to_thread.run_sync(spawned.discard)
             self.running = False
             self.state = "stopped"
             self.conn = None
@@ -172,6 +181,7 @@ class Supervisor:
         stats.attempts_in_flight += 1
         stats.attempts_in_flight_max = max(stats.attempts_in_flight_max, stats.attempts_in_flight)
         in_flight = True
+        spawned, self._spawned = self._spawned, None  # used by the first attempt only
         self.signal()
         try:
             with anyio.CancelScope(deadline=anyio.current_time() + self.settings.connect_timeout_s) as scope:
@@ -183,6 +193,7 @@ class Supervisor:
                     elicitation_callback=router,
                     on_stderr=self._on_stderr,
                     on_secret=self._on_secret,
+                    spawned=spawned,
                 ) as client:
                     tools = await list_all_tools(client.session)
                     scope.deadline = math.inf
@@ -229,6 +240,9 @@ class Supervisor:
                 conn.mark_lost(error_class(exc))
                 stats.record_error(error_class(exc), describe(exc, self.settings))
         finally:
+            if spawned is not None and not spawned.taken:  # the attempt failed before talking to it
+                with anyio.CancelScope(shield=True):
+                    await anyio.to_thread.run_sync(spawned.discard)
             if in_flight:
                 stats.attempts_in_flight -= 1
             conn.mark_lost(conn.lost_reason or "closed")

@@ -30,6 +30,7 @@ from mcp.shared._stream_protocols import ReadStream  # the transports' stream ty
 from mcp.shared.message import SessionMessage
 
 from upstream._settings import UpstreamSettings
+from upstream._spawned import SpawnedProcess, spawned_stdio
 from upstream._stderr import StderrCallback, stderr_pipe
 from upstream._streams import DelegatingReadStream
 
@@ -177,6 +178,9 @@ async def _stdio(
         yield streams
 
 
+_KEEPALIVE_EXPIRY_S = 4.0
+
+
 def _http_client(
     settings: UpstreamSettings, tag: str, on_lost: LostFn, on_secret: SecretCallback | None
 ) -> httpx2.AsyncClient:
@@ -187,7 +191,11 @@ def _http_client(
         connect=settings.connect_timeout_s,
         read=settings.call_timeout_s + 30.0,
     )
-    guarded = _GuardedTransport(httpx2.AsyncHTTPTransport(), tag=tag, on_lost=on_lost)
+    # An idle connection is dropped after 4 s, before the 5 s after which uvicorn and Node close theirs: a
+    # request sent on a connection the server is closing at that moment fails after it was sent (ambiguous:
+    # never replayed), seen under load as a lost connection between two calls 5 s apart.
+    pool = httpx2.AsyncHTTPTransport(limits=httpx2.Limits(keepalive_expiry=_KEEPALIVE_EXPIRY_S))
+    guarded = _GuardedTransport(pool, tag=tag, on_lost=on_lost)
     return httpx2.AsyncClient(
         headers=_http_headers(settings, on_secret),
         timeout=timeout,
@@ -206,6 +214,7 @@ async def open_client(
     elicitation_callback: ElicitationFnT | None = None,
     on_stderr: StderrCallback | None = None,
     on_secret: SecretCallback | None = None,
+    spawned: SpawnedProcess | None = None,
 ) -> AsyncIterator[Client]:
     """Connect to the upstream and complete the handshake; the yielded `Client` is ready for requests.
     One `Client` for both transports: only the streams it is given differ (`_stdio`, or
@@ -215,6 +224,8 @@ async def open_client(
         upstream's elicitation/create requests. `on_stderr` receives a stdio upstream's stderr lines
         (default: the `upstream.stderr` logger); `on_secret` every credential read for this connect.
         A stdio upstream's stdout is decoded as UTF-8 with replacement, like the gateway's own stdin.
+        `spawned`: a stdio upstream's process already started (it matches the settings), talked to
+        instead of spawning one; it is stopped and reaped when the client closes.
         Raises whatever the spawn, connect or handshake raised (the supervisor records it and retries).
     """
     streams: AbstractAsyncContextManager[Any]
@@ -224,6 +235,8 @@ async def open_client(
                 raise ValueError("transport 'http' needs url")
             http_client = await stack.enter_async_context(_http_client(settings, tag, on_lost, on_secret))
             streams = streamable_http_client(settings.url, http_client=http_client)
+        elif spawned is not None:
+            streams = spawned_stdio(spawned, settings.name, on_stderr)
         else:
             params = StdioServerParameters(
                 command=settings.command[0],

@@ -28,6 +28,7 @@ from upstream._health import UpstreamHealth
 from upstream._reconnect import Backoff
 from upstream._relay import ProgressCallback, Relay, RelayedRequest
 from upstream._settings import UpstreamSettings
+from upstream._spawned import SpawnedProcess
 from upstream._stderr import StderrCallback
 from upstream._supervisor import Supervisor, ToolsChangedCallback
 from upstream._surface import SurfaceCallback
@@ -55,8 +56,11 @@ class Upstream:
         backoff: Backoff | None = None,
         on_stderr: StderrCallback | None = None,
         on_secret: SecretCallback | None = None,
+        spawned: SpawnedProcess | None = None,
     ) -> None:
-        """`on_stderr` receives a stdio upstream's stderr line by line (default: the `upstream.stderr`
+        """`spawned`: this stdio upstream's process, already started by the caller (it must match the
+        settings: `SpawnedProcess.matches`); the first connection uses it, later ones spawn their own.
+        `on_stderr` receives a stdio upstream's stderr line by line (default: the `upstream.stderr`
         logger); `on_secret` receives each credential read at runtime (a rotated bearer token) before
         it is used, so the embedding application can redact it. `on_surface_changed` receives the
         upstream's resource/prompt notifications (list_changed, resources/updated), coalesced."""
@@ -74,6 +78,7 @@ class Upstream:
             on_surface_changed=on_surface_changed,
             on_stderr=on_stderr,
             on_secret=on_secret,
+            spawned=spawned,
         )
         self._relay = Relay(settings, self._sup)
         self._exit_stack: AsyncExitStack | None = None

@@ -18,7 +18,16 @@ import pytest
 
 from acceptance.harness import starts
 
-__all__ = ["CHROMIUM", "PageVisit", "chromium", "chromium_unavailable_reason", "enter_password", "visit"]
+__all__ = [
+    "CHROMIUM",
+    "PageVisit",
+    "chromium",
+    "chromium_unavailable_reason",
+    "decide_approval",
+    "enter_password",
+    "operator_login",
+    "visit",
+]
 
 CHROMIUM = Path("/usr/bin/chromium")
 _NAV_TIMEOUT_MS = 60_000  # a ceiling: pages load in well under a second here
@@ -83,8 +92,9 @@ async def visit(browser: object, url: str) -> PageVisit:
         await context.close()
 
 
-async def enter_password(browser: object, url: str, password: str) -> PageVisit:
-    """Open ``url``, type ``password`` into the page's form, submit, and return both pages' HTML."""
+@asynccontextmanager
+async def _recording_page(browser: object) -> AsyncIterator[tuple[object, list[str]]]:
+    """A page in a fresh context, and the list of every URL it fetches; the context closed after."""
     from playwright.async_api import Browser
 
     assert isinstance(browser, Browser)
@@ -93,6 +103,30 @@ async def enter_password(browser: object, url: str, password: str) -> PageVisit:
         page = await context.new_page()
         requests: list[str] = []
         page.on("request", lambda request: requests.append(request.url))
+        yield page, requests
+    finally:
+        await context.close()
+
+
+async def _click_and_read(page: object, selector: str, result: PageVisit) -> PageVisit:
+    """Click ``selector`` (a submit button) and record the page the browser is sent to in ``result``."""
+    from playwright.async_api import Page
+
+    assert isinstance(page, Page)
+    async with page.expect_navigation(timeout=_NAV_TIMEOUT_MS) as navigation:
+        await page.click(selector)
+    after = await navigation.value
+    result.after_status = after.status if after else None
+    result.after_html = await page.content()
+    return result
+
+
+async def enter_password(browser: object, url: str, password: str) -> PageVisit:
+    """Open ``url``, type ``password`` into the page's form, submit, and return both pages' HTML."""
+    from playwright.async_api import Page
+
+    async with _recording_page(browser) as (page, requests):
+        assert isinstance(page, Page)
         response = await page.goto(url, timeout=_NAV_TIMEOUT_MS)
         result = PageVisit(
             status=response.status if response else None,
@@ -103,11 +137,45 @@ async def enter_password(browser: object, url: str, password: str) -> PageVisit:
         if result.status != 200:
             return result
         await page.fill("#password", password)
-        async with page.expect_navigation(timeout=_NAV_TIMEOUT_MS) as navigation:
-            await page.click("#submit")
-        after = await navigation.value
-        result.after_status = after.status if after else None
-        result.after_html = await page.content()
-        return result
-    finally:
-        await context.close()
+        return await _click_and_read(page, "#submit", result)
+
+
+async def operator_login(page: object, url: str, token: str, name: str = "human") -> int | None:
+    """Open ``url`` (a console or approval page) in ``page``; on its login form, log in with the operator
+    token as ``name``. Returns the status of the page reached (the one asked for, once logged in)."""
+    from playwright.async_api import Page
+
+    assert isinstance(page, Page)
+    response = await page.goto(url, timeout=_NAV_TIMEOUT_MS)
+    if response is None or response.status != 401 or await page.query_selector("#token") is None:
+        return response.status if response else None
+    await page.fill("#token", token)
+    await page.fill("#name", name)
+    async with page.expect_navigation(timeout=_NAV_TIMEOUT_MS) as navigation:
+        await page.click("#login")
+    after = await navigation.value
+    return after.status if after else None
+
+
+async def decide_approval(
+    browser: object,
+    url: str,
+    token: str,
+    *,
+    decision: str = "approve",
+    reason: str = "",
+    name: str = "human",
+) -> PageVisit:
+    """A human operator logs in, reads the approval page at ``url`` and clicks approve or deny (``decision``
+    ``"none"``: only reads it). ``html`` is the approval page as read; ``after_*`` the answer to the click."""
+    from playwright.async_api import Page
+
+    async with _recording_page(browser) as (page, requests):
+        assert isinstance(page, Page)
+        status = await operator_login(page, url, token, name)
+        result = PageVisit(status=status, html=await page.content(), requests=requests)
+        if status != 200 or decision == "none" or await page.query_selector(f"#{decision}") is None:
+            return result
+        if reason:
+            await page.fill("#reason", reason)
+        return await _click_and_read(page, f"#{decision}", result)

@@ -39,6 +39,7 @@ __all__ = [
     "CLAUDE_CODE",
     "CONFORMANCE",
     "CONFORMANCE_ALPHA",
+    "EXT_TASKS",
     "INSPECTOR",
     "NODE22_VERSION",
     "NPM_CACHE",
@@ -77,6 +78,9 @@ class NodeTool:
     native_executable: str | None = None
     """Path under ``node_modules`` of a native executable run instead of ``.bin/<executable>`` (packages whose
     bin is a stub that their postinstall script replaces; npm runs no scripts here). Linux x86_64 only."""
+    library: str | None = None
+    """A library without an executable: the module specifier a script imports (checked with ``node``);
+    :meth:`InstalledTool.run_script` runs a script of the caller's beside it."""
 
 
 @dataclass(frozen=True)
@@ -120,6 +124,14 @@ CLAUDE_CODE = NodeTool(
 )
 """Claude Code's CLI: its npm package brings the native binary as the optional dependency of the platform
 (~400 MB); ``claude mcp add`` / ``claude mcp list`` need no login."""
+EXT_TASKS = NodeTool(
+    name="ext-tasks",
+    packages=("@modelcontextprotocol/ext-tasks@0.2.2", "@modelcontextprotocol/client@2.4.0"),
+    executable="node",
+    library="@modelcontextprotocol/ext-tasks/client",
+)
+"""The MCP Tasks requester library (TypeScript, both task generations) with the TypeScript SDK's client it
+adapts (its peer dependency), on the machine's Node 20."""
 
 
 def require_node_and_npm() -> tuple[str, str]:
@@ -214,6 +226,8 @@ class InstalledTool:
 
     @property
     def executable(self) -> Path:
+        if self.tool.library is not None:
+            return self.prefix / "node_modules" / self.tool.library.rsplit("/", 1)[0] / "package.json"
         if self.tool.native_executable is not None:
             return self.prefix / "node_modules" / self.tool.native_executable
         return self.prefix / "node_modules" / ".bin" / self.tool.executable
@@ -252,6 +266,22 @@ class InstalledTool:
             cwd=cwd if cwd is not None else self.prefix,
         )
 
+    def run_script(
+        self,
+        script: Path,
+        args: Sequence[str],
+        *,
+        timeout_s: float,
+        extra_env: Mapping[str, str] | None = None,
+    ) -> ToolRun:
+        """Run a Node ESM ``script`` with this library importable (copied into the prefix, where Node's
+        resolution finds ``node_modules``); past timeout_s kill and reap its process group."""
+        placed = self.prefix / script.name
+        shutil.copyfile(script, placed)
+        return _run_bounded(
+            ["node", str(placed), *args], timeout_s=timeout_s, env=self.env(extra=extra_env), cwd=self.prefix
+        )
+
     def node_version(self) -> str:
         run = _run_bounded(["node", "--version"], timeout_s=VERSION_PROBE_TIMEOUT_S, env=self.env())
         return run.stdout.strip()
@@ -278,7 +308,16 @@ def _check_runnable(installed: InstalledTool) -> None:
                 f"{installed.node_bin_dir}/node reports {version!r}, expected v{NODE22_VERSION}",
                 pytrace=False,
             )
-    run = installed.run(["--help"], timeout_s=VERSION_PROBE_TIMEOUT_S)
+    if installed.tool.library is not None:
+        probe = f"await import({json.dumps(installed.tool.library)})"
+        run = _run_bounded(
+            ["node", "--input-type=module", "-e", probe],
+            timeout_s=VERSION_PROBE_TIMEOUT_S,
+            env=installed.env(),
+            cwd=installed.prefix,
+        )
+    else:
+        run = installed.run(["--help"], timeout_s=VERSION_PROBE_TIMEOUT_S)
     if run.returncode != 0:
         pytest.fail(f"{installed.tool.name} installed but does not start:\n{run.describe()}", pytrace=False)
 

@@ -14,6 +14,7 @@ MODULES = (
     "isolation",
     "classify",
     "upstream",
+    "startup",  # spawns its own gateways over stdio, libtmux-mcp as their upstream
     "guard",
     "conformance",
     "systemd",
@@ -21,13 +22,16 @@ MODULES = (
     "burnin",
     "files",  # after multiplex and burnin: its calls boot the target's agent, which then carries their calls
     "tasks",
+    "mcp_tasks",
     "agent_channel",
     "forwards",
     "transfers",
     "oauth",
     "sessions",
     "root",
+    "approvals",  # after root: the same root target, a gateway of its own with approval rules
     "system",
+    "fleet",
     "audit",  # after every gateway the run starts, before redaction (which searches its outputs too)
     "redaction",
 )

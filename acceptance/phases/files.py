@@ -10,7 +10,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from acceptance._mcp import error_code, error_of, structured
+from acceptance._mcp import carried, error_code, error_of, structured
 from acceptance._registry import PhaseContext, phase
 from acceptance.phases._util import ms_figures, timed
 
@@ -43,8 +43,10 @@ async def files(ctx: PhaseContext) -> None:
             await call("remote_write", {"target": "plain", "path": f"{work}/a.conf", "content": text})
         )
         ctx.check(wrote["sha256"] == _sha(text.encode()), f"write sha256: {wrote}")
-        read = structured(await call("remote_read", {"target": "plain", "path": f"{work}/a.conf"}))
-        ctx.check((read["content"], read["sha256"]) == (text, wrote["sha256"]), f"read back: {read}")
+        read_result = await call("remote_read", {"target": "plain", "path": f"{work}/a.conf"})
+        read = structured(read_result)
+        ctx.check((carried(read_result), read["sha256"]) == (text, wrote["sha256"]), f"read back: {read}")
+        ctx.check("content" not in read, f"the content travels once, in the text: {read}")
 
         odd = os.fsencode(work) + b"/na me $(x) `y` \xff\n-z"
         blob = bytes(range(256)) * 64

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import os
 import stat
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -222,6 +223,7 @@ class AuditLog:
         self.failed = 0
         self.dropped = 0
         self.last_error: str | None = None
+        self._listeners: list[Callable[[dict[str, Any]], None]] = []
 
         def _redact(_: WrappedLogger, __: str, event: EventDict) -> EventDict:
             return dict(redactor.any(event))
@@ -359,6 +361,17 @@ class AuditLog:
 
     # ------------------------------------------------------------------------------------------ records
 
+    def add_listener(self, listener: Callable[[dict[str, Any]], None]) -> None:
+        """``listener(summary)`` after every tool call's record: tool, principal, target, outcome, error
+        code, duration (redacted; no arguments). The operator console's live list; must not block."""
+        self._listeners.append(listener)
+
+    def _tell(self, summary: dict[str, Any]) -> None:
+        if self._listeners:
+            clean = dict(self._redactor.any(summary))
+            for listener in self._listeners:
+                listener(clean)
+
     def tool_call(
         self,
         *,
@@ -392,6 +405,28 @@ class AuditLog:
             **({"identity": identity} if identity else {}),
             **({"facts": facts} if facts else {}),
         )
+        approval = (facts or {}).get("approval") if isinstance(facts, dict) else None
+        self._tell(
+            {
+                "time": datetime.now(UTC).isoformat(timespec="seconds"),
+                "request_id": request_id,
+                "principal": principal,
+                "tool": tool,
+                "target": target,
+                "outcome": outcome,
+                "error_code": error_code,
+                "duration_ms": round(duration_ms, 1),
+                "approver": ((approval or {}).get("approver") or {}).get("label"),
+            }
+        )
+
+    def approval_decision(self, record: dict[str, Any]) -> None:
+        """One record per human decision on an approval: ``approval_id``, ``decision`` (approved, denied),
+        ``caller`` and ``approver`` (each kind, subject, label), ``reason``, ``tool``, ``target``, ``rule``,
+        ``digest``. The call's own ``tool_call`` record follows when it runs (or fails)."""
+        self._log.info(
+            "approval_decision", time=datetime.now(UTC).isoformat(timespec="milliseconds"), **record
+        )
 
     def relayed_request(
         self,
@@ -423,6 +458,13 @@ class AuditLog:
             arguments=arguments,
             **({"incident": incident} if incident else {}),
         )
+
+    def mcp_task(self, event: str, **fields: Any) -> None:
+        """One record per step of an MCP task (``mcp_task_created``, ``_polled``, ``_cancelled``,
+        ``_completed``: task id, principal, tool, target, status, generation, facts); the call that
+        created it has its own ``tool_call`` record too. Empty fields are left out."""
+        stamp = datetime.now(UTC).isoformat(timespec="milliseconds")
+        self._log.info(event, time=stamp, **{k: v for k, v in fields.items() if v is not None})
 
     def status(self) -> dict[str, Any]:
         return {

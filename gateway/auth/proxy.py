@@ -29,7 +29,7 @@ from gateway._errors import ConfigError
 from gateway.auth.policy import GROUPS_CLAIM, KIND_CLAIM
 from gateway.config import TrustedProxySettings
 
-__all__ = ["ProxyAwareVerifier", "ProxyIdentity", "TrustedProxy", "read_secret_file"]
+__all__ = ["ProxyAwareVerifier", "ProxyIdentity", "TrustedProxy", "current_identity", "read_secret_file"]
 
 _log = structlog.get_logger("gateway.proxy")
 
@@ -54,6 +54,11 @@ class ProxyIdentity:
 
 
 _current: ContextVar[ProxyIdentity | None] = ContextVar("remoteops_proxy_identity", default=None)
+
+
+def current_identity() -> ProxyIdentity | None:
+    """The identity the trusted proxy vouched for on the request being handled (None: no such request)."""
+    return _current.get()
 
 
 class TrustedProxy:

@@ -27,10 +27,19 @@ import anyio
 import mcp_types as types
 import structlog
 
+from gateway._early import EarlyUpstreams
 from gateway._redact import Redactor
 from gateway.config import UpstreamEntry
 from gateway.relay.surface_relay import SurfaceRelay
-from upstream import ElicitCallback, ProgressCallback, StderrLine, SurfaceNotice, Upstream, UpstreamError
+from upstream import (
+    ElicitCallback,
+    ProgressCallback,
+    SpawnedProcess,
+    StderrLine,
+    SurfaceNotice,
+    Upstream,
+    UpstreamError,
+)
 
 __all__ = ["Relay", "RelayedTool"]
 
@@ -47,6 +56,19 @@ def _log_stderr(line: StderrLine) -> None:
     if line.lines > 1:
         fields["lines"] = line.lines
     _log.info("upstream_stderr", **fields)
+
+
+def _handed(early: EarlyUpstreams | None, entry: UpstreamEntry) -> SpawnedProcess | None:
+    """The early process of this entry when the loaded settings would have spawned exactly it."""
+    found = early.processes.get(entry.connection.name) if early is not None else None
+    if found is None or found.claimed:
+        return None
+    fields = ("process", "stderr_fd", "argv", "env", "cwd", "spawned_at")
+    spawned = SpawnedProcess(**{name: getattr(found, name) for name in fields})
+    if not spawned.matches(entry.connection):
+        return None
+    found.claimed = True  # the upstream owns it now
+    return spawned
 
 
 @dataclass(frozen=True)
@@ -74,7 +96,10 @@ class Relay:
         own_names: frozenset[str],
         enabled: bool,
         redactor: Redactor | None = None,
+        early: EarlyUpstreams | None = None,
     ) -> None:
+        """``early``: stdio upstreams started before the imports; each one whose entry would have spawned
+        exactly that process is handed to its upstream, the rest are ended here."""
         self._entries = tuple(entries)
         self._own = own_names
         self._enabled = enabled
@@ -86,9 +111,12 @@ class Relay:
                 on_surface_changed=self._make_notice_handler(index),
                 on_stderr=_log_stderr,
                 on_secret=on_secret,
+                spawned=_handed(early, entry) if enabled else None,
             )
             for index, entry in enumerate(self._entries)
         ]
+        if early is not None:
+            early.close()  # what no entry took: ended now, not at exit
         self._views = [_View() for _ in self._entries]
         self.surface = SurfaceRelay(
             self._entries, self._upstreams, enabled=enabled, first_connections=self.first_connections

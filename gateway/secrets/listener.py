@@ -1,14 +1,15 @@
 """A loopback-only HTTP listener for the password entry page, for gateways not serving HTTP (stdio).
 
 Opened on first need (the first link), on ``127.0.0.1`` and ``root.entry_port`` (0: any free port); it
-serves nothing but ``gateway.secrets.page``'s routes and is closed with the runtime.
+serves ``gateway.secrets.page``'s routes and those added before it opens (the operator console and its
+approval pages), and is closed with the runtime.
 """
 
 from __future__ import annotations
 
 import contextlib
 import socket
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from types import TracebackType
 from typing import Self
 
@@ -16,6 +17,7 @@ import anyio
 import anyio.abc
 import uvicorn
 from starlette.applications import Starlette
+from starlette.routing import BaseRoute
 
 from gateway.secrets.broker import SecretBroker
 from gateway.secrets.page import secret_routes
@@ -42,6 +44,12 @@ class LoopbackListener:
         self._server: _Quiet | None = None
         self._url: str | None = None
         self._lock = anyio.Lock()
+        self._stopped = anyio.Event()  # set when the server's serve() has returned
+        self._extra: list[BaseRoute] = []
+
+    def add_routes(self, routes: Sequence[BaseRoute]) -> None:
+        """More pages on this listener (the operator console and approval pages), before it opens."""
+        self._extra.extend(routes)
 
     @property
     def url(self) -> str | None:
@@ -61,9 +69,9 @@ class LoopbackListener:
             return
         if self._server is not None:
             self._server.should_exit = True
+            # (uvicorn never clears its `started` flag: waiting on it made every stop take the whole bound)
             with anyio.move_on_after(_STOP_S, shield=True):
-                while self._server.started:  # noqa: ASYNC110 - uvicorn exposes only a flag
-                    await anyio.sleep(0.01)
+                await self._stopped.wait()
         tg.cancel_scope.cancel()
         await tg.__aexit__(exc_type, exc, tb)
 
@@ -79,7 +87,7 @@ class LoopbackListener:
             sock.bind(("127.0.0.1", self._port))
             sock.listen(16)
             port = sock.getsockname()[1]
-            app = Starlette(routes=secret_routes(self._broker))
+            app = Starlette(routes=[*secret_routes(self._broker), *self._extra])
             config = uvicorn.Config(
                 app, log_config=None, access_log=False, lifespan="off", http="httptools", server_header=False
             )
@@ -91,6 +99,7 @@ class LoopbackListener:
                     await server.serve(sockets=[sock])
                 finally:
                     sock.close()
+                    self._stopped.set()
 
             self._tg.start_soon(serve)
             with anyio.fail_after(_START_S):

@@ -24,7 +24,7 @@ from starlette.routing import Route
 
 from gateway.secrets.broker import Entry, SecretBroker
 
-__all__ = ["secret_routes"]
+__all__ = ["same_origin", "secret_routes"]
 
 _MAX_BODY = 4096
 _COOKIE = "rog_csrf"
@@ -99,7 +99,8 @@ def _form(entry: Entry) -> HTMLResponse:
     return response
 
 
-def _same_origin(request: Request) -> bool:
+def same_origin(request: Request) -> bool:
+    """A form post from this very origin (no ``Origin``: a client without cross-site context)."""
     origin = request.headers.get("origin")
     if origin is None:
         return True  # browsers send Origin on form posts; a client without it has no cross-site context
@@ -117,7 +118,7 @@ def secret_routes(broker: SecretBroker) -> list[Route]:
         entry = broker.entry(request.path_params["token"])
         if entry is None:
             return _gone()
-        if not _same_origin(request):
+        if not same_origin(request):
             return _page("Refused", "<p>Cross-origin submission refused.</p>", status=403)
         kind = request.headers.get("content-type", "").split(";")[0].strip().lower()
         if kind != "application/x-www-form-urlencoded":

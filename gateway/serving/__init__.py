@@ -3,10 +3,13 @@
 Modules:
 
 - ``server`` — the low-level SDK ``Server`` whose handlers reach the runtime one way only.
+- ``tasks`` — MCP tasks on that server: which call becomes a task, what it runs, how its result reads.
 - ``surface`` — its handlers for relayed resources, templates, prompts, completions, subscriptions.
 - ``stdio`` — stdio that answers every request line, even one that cannot be parsed.
 - ``drain`` — the stdio transport on the event loop and the bounded drain that SIGTERM starts.
 - ``http`` — guarded streamable HTTP: Host/Origin allow-lists, body cap, bearer auth, /healthz.
+- ``sse`` — the SDK's Server-Sent Events encoded in one join and one encode (same bytes).
 - ``sdnotify`` — systemd's notify-socket protocol (sd_notify) and the watchdog, without libsystemd.
+- ``memory`` — the start-up's freed memory given back to the operating system once serving.
 - ``serve`` — running it all: stdio or guarded HTTP under uvicorn, sd_notify, a bounded drain.
 """

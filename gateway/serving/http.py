@@ -85,22 +85,20 @@ def public_url(settings: Settings, port: int) -> str:
     return f"http://{shown}:{port}{settings.server.path}"
 
 
-def _generate_token(path: Path) -> str:
+def _generate_token(path: Path, what: str = "bearer token") -> str:
     try:
         path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
         token = secrets.token_urlsafe(32)
         # complete or absent, never half-written; a concurrent first run's token wins
         atomic_write(path, (token + "\n").encode(), mode=0o600, replace=False)
     except FileExistsError:
-        return ensure_token(path)
+        return ensure_token(path, what)
     except OSError as exc:
-        raise ConfigError(
-            f"cannot create the bearer token file: {exc.strerror or exc}", source=str(path)
-        ) from None
+        raise ConfigError(f"cannot create the {what} file: {exc.strerror or exc}", source=str(path)) from None
     return token
 
 
-def ensure_token(path: Path) -> str:
+def ensure_token(path: Path, what: str = "bearer token") -> str:
     """Read the bearer token, generating a fresh one (mode 0600, parent 0700) when the file is missing.
 
     Every way the file can be unusable is a :class:`ConfigError` naming the path: not UTF-8, a directory,
@@ -109,22 +107,20 @@ def ensure_token(path: Path) -> str:
     try:
         token = path.read_text(encoding="utf-8").strip()
     except FileNotFoundError:
-        return _generate_token(path)
+        return _generate_token(path, what)
     except UnicodeDecodeError:
-        raise ConfigError("bearer token file is not valid UTF-8", source=str(path)) from None
+        raise ConfigError(f"{what} file is not valid UTF-8", source=str(path)) from None
     except IsADirectoryError:
-        raise ConfigError("bearer token path is a directory, not a file", source=str(path)) from None
+        raise ConfigError(f"{what} path is a directory, not a file", source=str(path)) from None
     except OSError as exc:
-        raise ConfigError(
-            f"cannot read the bearer token file: {exc.strerror or exc}", source=str(path)
-        ) from None
+        raise ConfigError(f"cannot read the {what} file: {exc.strerror or exc}", source=str(path)) from None
     if any(ord(ch) < 0x20 or 0x7F <= ord(ch) <= 0x9F for ch in token):
-        raise ConfigError("bearer token contains control characters", source=str(path))
+        raise ConfigError(f"{what} contains control characters", source=str(path))
     if len(token) < 16:
-        raise ConfigError("bearer token is shorter than 16 characters", source=str(path))
+        raise ConfigError(f"{what} is shorter than 16 characters", source=str(path))
     if path.stat().st_mode & 0o077:
         raise ConfigError(
-            "bearer token file must not be readable by group or others (chmod 600)", source=str(path)
+            f"{what} file must not be readable by group or others (chmod 600)", source=str(path)
         )
     return token
 

@@ -21,13 +21,17 @@ import structlog
 import uvicorn
 
 from gateway._catalog import AnySpec
+from gateway._early import EarlyUpstreams
 from gateway._errors import StartupError
 from gateway._redact import Redactor
 from gateway._runtime import Runtime
 from gateway.config import Settings
+from gateway.console.pages import console_routes, operator_auth
 from gateway.secrets.page import secret_routes
+from gateway.serving import sse
 from gateway.serving.drain import Drain, StdioTransport
-from gateway.serving.http import build_http_app, check_auth_choice, public_url
+from gateway.serving.http import build_http_app, check_auth_choice, ensure_token, public_url
+from gateway.serving.memory import release_startup_memory
 from gateway.serving.sdnotify import Notifier
 from gateway.serving.server import build_server
 from gateway.serving.stdio import AnswerUnparseable
@@ -39,10 +43,17 @@ _log = structlog.get_logger("gateway.serve")
 _FLUSH_S = 5.0  # the last answers reach a client that reads; one that does not cannot hold the exit
 
 
-async def serve_stdio(settings: Settings, specs: Sequence[AnySpec], redactor: Redactor) -> None:
-    """Serve one MCP connection on stdin/stdout. Nothing but protocol is ever written to stdout."""
+async def serve_stdio(
+    settings: Settings, specs: Sequence[AnySpec], redactor: Redactor, *, early: EarlyUpstreams | None = None
+) -> None:
+    """Serve one MCP connection on stdin/stdout. Nothing but protocol is ever written to stdout.
+    ``early``: stdio upstreams already started (``gateway._early``), handed to the relay."""
     principal = f"stdio:{os.getuid()}"
-    async with Runtime(settings, specs, redactor=redactor) as rt:
+    operator = ensure_token(settings.operator_token_path, "operator token")
+    redactor.add_secret(operator)
+    async with Runtime(settings, specs, redactor=redactor, early=early) as rt:
+        # the console and approval pages open with the password page's loopback listener, on first need
+        rt.secret_listener.add_routes(console_routes(rt, operator_auth(rt, operator)))
         server = build_server(rt, stdio_principal=principal)
         notifier = Notifier.from_env()
         drain_s = settings.server.drain_timeout_s
@@ -63,6 +74,7 @@ async def serve_stdio(settings: Settings, specs: Sequence[AnySpec], redactor: Re
                 tg.start_soon(shut_down)
 
             tg.start_soon(_stop_on_signal, stop)
+            release_startup_memory()
             notifier.ready("serving on stdio")
             answering = AnswerUnparseable(drain.read, drain.write)  # no line goes unanswered
             await server.run(answering, drain.write, server.create_initialization_options())
@@ -154,19 +166,28 @@ async def serve_http(
     sock = _bind(server_cfg.host, server_cfg.port)
     port = sock.getsockname()[1]
     url = public_url(settings, port)
+    sse.install()
+    operator = ensure_token(settings.operator_token_path, "operator token")
+    redactor.add_secret(operator)
     async with Runtime(settings, specs, redactor=redactor) as rt:
         server = build_server(rt)
-        page = secret_routes(rt.secrets)
+        # the password page, the console and the approval pages: own auth (a link, an operator session)
+        pages = [
+            *secret_routes(rt.secrets),
+            *console_routes(rt, operator_auth(rt, operator, bearer_token=token)),
+        ]
         app = build_http_app(
-            server, settings, token=token, port=port, runtime=rt, redactor=redactor, extra_routes=page
+            server, settings, token=token, port=port, runtime=rt, redactor=redactor, extra_routes=pages
         )
         rt.secrets.serve_at(url.removesuffix(server_cfg.path))  # the password page is on this listener
+        rt.approvals.serve_at(url.removesuffix(server_cfg.path))
         config = uvicorn.Config(
             app,
             log_config=None,
             access_log=False,
             lifespan="on",
             http="httptools",
+            ws="none",  # no websocket routes: uvicorn would import a websocket library whenever installed
             timeout_graceful_shutdown=max(1, int(server_cfg.drain_timeout_s)),
             server_header=False,
         )
@@ -186,6 +207,7 @@ async def serve_http(
             def stop() -> None:
                 notifier.stopping("draining in-flight calls")
                 stopping.set()
+                rt.stopping()  # the console's live streams end, so they do not hold the drain
                 userver.should_exit = True
 
             tg.start_soon(_stop_on_signal, stop)
@@ -211,6 +233,12 @@ async def serve_http(
                     if show_token:
                         print(f"  token: {token}", file=sys.stderr)
                 print(f"  health: {health_url}   audit: {settings.audit_path}", file=sys.stderr)
+                print(
+                    f"  console: {health_url.removesuffix('/healthz')}/console "
+                    f"(operator token in {settings.operator_token_path})",
+                    file=sys.stderr,
+                )
+            release_startup_memory()
             if ready_file is not None:  # last: whoever waits for it finds the banner already printed
                 data = json.dumps(info).encode()
                 await anyio.to_thread.run_sync(lambda: atomic_write(ready_file, data, mode=0o600))

@@ -29,12 +29,15 @@ from mcp.server.lowlevel.server import NotificationOptions, Server
 from mcp.server.models import InitializationOptions
 from mcp.shared.exceptions import MCPError
 from mcp.shared.message import ServerMessageMetadata
+from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from gateway._dispatch import dispatch_call
 from gateway._runtime import Runtime
 from gateway.auth.policy import Policy, Principal
+from gateway.mcptasks import install, may_run_as_task, server_tasks_capability
 from gateway.secrets.broker import UrlElicitor
 from gateway.serving.surface import register_surface
+from gateway.serving.tasks import task_hooks
 from upstream import ElicitCallback
 
 __all__ = ["GatewayServer", "build_server"]
@@ -80,6 +83,7 @@ class GatewayServer(Server[Runtime]):
         # ``.connection`` is not constructed by ``ServerRunner`` in 2.3. It is read from the session's
         # private field in ``_remember``, the one such read; weak, so closed clients drop out.
         self._connections: weakref.WeakSet[Connection] = weakref.WeakSet()
+        self.tasks_enabled = False
 
     def create_initialization_options(
         self,
@@ -93,6 +97,23 @@ class GatewayServer(Server[Runtime]):
             experimental_capabilities,
             extensions,
         )
+
+    def get_capabilities(
+        self,
+        notification_options: NotificationOptions | None = None,
+        experimental_capabilities: dict[str, dict[str, Any]] | None = None,
+        extensions: dict[str, dict[str, Any]] | None = None,
+        *,
+        protocol_version: str | None = None,
+    ) -> types.ServerCapabilities:
+        """Handshake era: the 2025-11-25 ``tasks`` capability beside the rest (older versions drop it, the
+        2026-07-28 answer carries the extension instead), when MCP tasks are installed."""
+        caps = super().get_capabilities(
+            notification_options, experimental_capabilities, extensions, protocol_version=protocol_version
+        )
+        if self.tasks_enabled and protocol_version not in MODERN_PROTOCOL_VERSIONS:
+            caps = caps.model_copy(update={"tasks": server_tasks_capability()})
+        return caps
 
     def _remember(self, ctx: Ctx) -> None:
         self._connections.add(ctx.session._connection)  # no public path in SDK 2.3: see __init__
@@ -119,6 +140,14 @@ class GatewayServer(Server[Runtime]):
         rt, who = ctx.lifespan_context, self._principal()
         allowed = self.policy.allows_toolset
         own = [spec.to_mcp() for spec in rt.catalog.enabled.values() if allowed(who, spec.toolset)]
+        if self.tasks_enabled and _lists_task_support(ctx):
+            optional = types.ToolExecution(task_support="optional")
+            own = [
+                t.model_copy(update={"execution": optional})
+                if may_run_as_task(rt.settings.mcp_tasks, t.name)
+                else t
+                for t in own
+            ]
         relayed = await rt.relay.list_tools() if self.policy.allows_toolset(who, "upstream") else []
         return types.ListToolsResult(tools=own + relayed)
 
@@ -150,6 +179,13 @@ class GatewayServer(Server[Runtime]):
                     await connection.send_tool_list_changed()
             except Exception as exc:  # a closed client must not stop the others from hearing it
                 _log.debug("list_changed_not_delivered", error=type(exc).__name__)
+
+
+def _lists_task_support(ctx: Ctx) -> bool:
+    """2025-11-25 only, and only to a client that declared the ``tasks`` capability: every other client
+    sees the tool list unchanged (2026-07-28 has no ``execution`` member: the server decides there)."""
+    declared = ctx.session.client_capabilities
+    return ctx.protocol_version == "2025-11-25" and declared is not None and declared.tasks is not None
 
 
 def _elicit_via(ctx: Ctx) -> ElicitCallback | None:
@@ -233,6 +269,9 @@ def build_server(rt: Runtime, *, stdio_principal: str | None = None) -> GatewayS
         policy=Policy.from_settings(rt.settings.auth),
     )
     rt.relay.add_listener(server.notify_tools_changed)
+    if rt.settings.mcp_tasks.enabled:  # tasks/* methods, the tools/call middleware, the capability
+        install(server, task_hooks(rt, server._principal, lambda: server.policy))
+        server.tasks_enabled = True
     register_surface(  # resources, prompts: _server_surface; gated by the same policy as tools
         server,
         rt,

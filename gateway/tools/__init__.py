@@ -17,6 +17,9 @@ Modules:
 - ``forwards`` — managed SSH port forwards.
 - ``system`` — system inspection (info, processes, ports, disk, GPUs) and ``process_signal``.
 - ``systemd`` — systemd units, the journal and ``admin_transaction``.
+- ``fleet`` — ``exec_many``, ``root_exec_many``, ``upload_many``: one job on many targets.
+- ``fleet_models`` — the fleet tools' arguments (selector, batching) and results (records, summary).
+- ``fleet_run`` — one fleet run for the caller: selector, progress, audit facts, records into results.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from gateway._catalog import AnySpec
 from gateway.tools import (
     files,
     files_search,
+    fleet,
     forwards,
     health,
     remote,
@@ -53,4 +57,5 @@ def all_specs() -> list[AnySpec]:
         *forwards.SPECS,
         *system.SPECS,
         *systemd.SPECS,
+        *fleet.SPECS,
     ]

@@ -6,18 +6,28 @@ they are."""
 
 from __future__ import annotations
 
+import base64
+import binascii
 import contextlib
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, ConfigDict
 
+from gateway._errors import ErrorCode, ToolFailure
 from remoteops import PrivilegeError, PrivilegeReport, RequestModel, TargetName
 
 if TYPE_CHECKING:
     from gateway._context import ToolContext
 
-__all__ = ["Input", "Output", "TargetName", "audit_privilege", "privilege_failure_audited"]
+__all__ = [
+    "Input",
+    "Output",
+    "TargetName",
+    "audit_privilege",
+    "decode_stdin",
+    "privilege_failure_audited",
+]
 
 
 class Input(RequestModel):
@@ -26,6 +36,18 @@ class Input(RequestModel):
 
 class Output(BaseModel):
     model_config = ConfigDict(frozen=True)
+
+
+def decode_stdin(stdin: str | None, encoding: str) -> bytes | None:
+    """A command's ``stdin`` argument as bytes (``text``: UTF-8; ``base64``: decoded, strictly)."""
+    if stdin is None:
+        return None
+    if encoding == "text":
+        return stdin.encode("utf-8")
+    try:
+        return base64.b64decode(stdin, validate=True)
+    except (binascii.Error, ValueError):
+        raise ToolFailure(ErrorCode.VALIDATION_ERROR, "stdin is not valid base64") from None
 
 
 @contextlib.contextmanager

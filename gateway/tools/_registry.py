@@ -20,7 +20,14 @@ from pydantic import BaseModel
 from gateway._catalog import AnySpec, Toolset, ToolSpec
 from gateway._context import ToolContext
 
-__all__ = ["CHANGE", "READ", "TEARDOWN", "Kind", "ToolGroup"]
+__all__ = ["CHANGE", "READ", "TEARDOWN", "Kind", "ToolGroup", "no_local_roots"]
+
+
+def no_local_roots(settings: Any) -> str | None:
+    """Why a tool that reads gateway-host files is not offered: no ``[transfers] local_roots`` (else None)."""
+    roots = getattr(getattr(settings, "transfers", None), "local_roots", ())
+    return None if roots else "no [transfers] local_roots configured"
+
 
 Handler = TypeVar("Handler", bound=Callable[[ToolContext, Any], Awaitable[BaseModel]])
 
@@ -73,6 +80,7 @@ class ToolGroup:
         *,
         kind: Kind | None = None,
         render: Callable[[Any], str] | None = None,
+        text_field: str | None = None,
         toolset: Toolset | None = None,
         read_only: bool | None = None,
         destructive: bool | None = None,
@@ -81,7 +89,8 @@ class ToolGroup:
     ) -> Callable[[Handler], Handler]:
         """Declare the decorated handler as tool ``name``: the group's kind (or ``kind``), with the hints
         given here overriding it; ``render`` (given the handler's result) is the short text next to
-        ``structuredContent``."""
+        ``structuredContent``; ``text_field`` names an output field carried once, as a text block of
+        its own, instead of in ``structuredContent`` (``ToolSpec.text_field``)."""
         base = kind or self.kind
         hints = Kind(
             toolset=base.toolset if toolset is None else toolset,
@@ -94,6 +103,8 @@ class ToolGroup:
         def declare(handler: Handler) -> Handler:
             input_model, output_model = _models(handler)
             extra: dict[str, Any] = {} if render is None else {"render": render}
+            if text_field is not None:
+                extra["text_field"] = text_field
             spec: ToolSpec[ToolContext, Any, Any] = ToolSpec(
                 name=name,
                 title=title,

@@ -67,7 +67,10 @@ class ReadOut(Output):
     target: str
     path: str
     path_b64: str | None = None
-    content: str
+    content: str | None = Field(
+        None, description="Not here in a result: the content travels once, as the result's second text "
+        "block (content[1].text), the place every client shows the model; the first block is a summary.",
+    )  # fmt: skip
     encoding: Literal["utf-8", "base64"]
     offset: int = Field(description="The file's byte offset where content starts (line reads too).")
     length: int = Field(description="Bytes of the file returned in content.")
@@ -105,8 +108,9 @@ def _decode(data: bytes, args: ReadIn, truncated: bool, offset: int) -> tuple[st
 
 
 def _render_read(out: ReadOut) -> str:
-    """The content itself follows the header line: a client that shows the model only the text content
-    (not ``structuredContent``) must still hand it the file."""
+    """The summary line, the result's first text block; the content itself is the second
+    (``text_field``), so that a client that shows the model only the text content (not
+    ``structuredContent``) still hands it the file, once."""
     more = f", {out.remaining} more bytes (truncated)" if out.truncated else ""
     span = f"{out.length} of {out.size} bytes from {out.offset}"
     if out.past_end:
@@ -117,7 +121,7 @@ def _render_read(out: ReadOut) -> str:
         lines = lines if count else f"part of line {first}"
         span = f"{lines} ({span}){', more lines follow' if out.more_lines else ''}"
     head = f"{out.path}: {span}{more}; sha256 {out.sha256}"
-    return f"{head}\n{out.content}" if out.encoding == "utf-8" else f"{head} (base64)\n{out.content}"
+    return head if out.encoding == "utf-8" else f"{head} (base64)"
 
 
 @_tools.tool(
@@ -139,8 +143,10 @@ async def remote_stat(ctx: ToolContext, args: StatIn) -> StatOut:
     "Read a remote file",
     "Read a regular file (utf-8 or base64): a byte range (offset, length) or whole lines (start_line, "
     "line_count; the result says which lines, more_lines, and their byte offset), capped at the output cap "
-    "with truncated and remaining; returns the whole file's size and SHA-256." + NEEDS_AGENT,
+    "with truncated and remaining; returns the whole file's size and SHA-256. The content is the "
+    "result's second text block (a summary line is the first)." + NEEDS_AGENT,
     render=_render_read,
+    text_field="content",
 )
 async def remote_read(ctx: ToolContext, args: ReadIn) -> ReadOut:
     cap = ctx.runtime.settings.transport.output_cap_bytes

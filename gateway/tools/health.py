@@ -76,6 +76,10 @@ class HealthOut(Output):
         "template and prompt counts, capabilities, surface_dropped/surface_renamed."
     )
     tasks: dict[str, Any] = Field(description="Remote tasks: counts by state, remote directory, retention.")
+    mcp_tasks: dict[str, Any] = Field(
+        description="MCP tasks (long calls answered with a task handle): counts by status and protocol "
+        "generation, durable ones, created/polled/cancelled/completed since start."
+    )
     sessions: dict[str, Any] = Field(
         description="Interactive sessions: counts by state (alive, exited), remote directory, size, history."
     )
@@ -100,7 +104,7 @@ def _render(out: HealthOut) -> str:
     "gateway_health",
     "Gateway health",
     "Version, uptime, enabled toolsets, tool counts (own, relayed, filtered out), audit-log status, SSH "
-    "transport counters, upstream state, task and session counts, state-store problems and managed "
+    "transport counters, upstream state, task, MCP task and session counts, state-store problems and managed "
     "forwards.",
     render=_render,
     open_world=False,
@@ -126,6 +130,7 @@ async def gateway_health(ctx: ToolContext, _: HealthIn) -> HealthOut:
         transport=transport,
         upstreams=upstreams,
         tasks=rt.tasks.health().model_dump(mode="json"),
+        mcp_tasks=rt.mcp_tasks.health(),
         sessions=rt.sessions.health().model_dump(mode="json"),
         state=rt.state.status(),
         forwards=rt.forwards.stats(),

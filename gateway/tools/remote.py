@@ -2,17 +2,23 @@
 
 from __future__ import annotations
 
-import base64
-import binascii
 from typing import Literal
 
 from pydantic import Field
 
 from gateway._context import ToolContext
-from gateway._errors import ErrorCode, ToolFailure
-from gateway.tools._base import Input, Output, TargetName
+from gateway.tools._base import Input, Output, TargetName, decode_stdin
 from gateway.tools._registry import CHANGE, READ, ToolGroup
-from remoteops import Capabilities, CommandRequest, DiagnoseReport, ExecResult, TargetInfo
+from remoteops import (
+    Capabilities,
+    CommandRequest,
+    DiagnoseReport,
+    ExecResult,
+    InvalidRequest,
+    Selector,
+    TargetInfo,
+    resolve_selector,
+)
 
 __all__ = ["SPECS", "ExecIn", "render_exec"]
 
@@ -29,7 +35,9 @@ class CapabilitiesIn(TargetIn):
 
 
 class TargetListIn(Input):
-    pass
+    group: str | None = Field(None, min_length=1, max_length=128, description="Only this group's targets.")
+    labels: dict[str, str] | None = Field(None, description="Only targets carrying these labels.")
+    targets: list[str] | None = Field(None, min_length=1, max_length=10_000, description="Only these names.")
 
 
 class TargetListOut(Output):
@@ -44,14 +52,7 @@ class ExecIn(CommandRequest):
     )
 
     def stdin_bytes(self) -> bytes | None:
-        if self.stdin is None:
-            return None
-        if self.stdin_encoding == "text":
-            return self.stdin.encode("utf-8")
-        try:
-            return base64.b64decode(self.stdin, validate=True)
-        except (binascii.Error, ValueError):
-            raise ToolFailure(ErrorCode.VALIDATION_ERROR, "stdin is not valid base64") from None
+        return decode_stdin(self.stdin, self.stdin_encoding)
 
 
 def render_exec(out: ExecResult) -> str:
@@ -90,15 +91,27 @@ def _render_list(out: TargetListOut) -> str:
 @_tools.tool(
     "target_list",
     "List targets",
-    "The configured targets (the only ones allowed), their resolved SSH identity (user, host, port, jump "
-    "chain, identity files) and multiplex state.",
+    "The configured targets (the only ones allowed), their labels, resolved SSH identity (user, host, "
+    "port, jump chain, identity files) and multiplex state; optionally only those a selector (group, "
+    "labels, targets) names.",
     render=_render_list,
     open_world=False,
 )
-async def target_list(ctx: ToolContext, _: TargetListIn) -> TargetListOut:
-    """Only the targets the caller's policy reaches (the others are not named at all)."""
+async def target_list(ctx: ToolContext, args: TargetListIn) -> TargetListOut:
+    """Only the targets the caller's policy reaches (the others are not named at all), filtered by the
+    fleet tools' selector when one is given."""
     infos = await ctx.runtime.remote.list_targets()
     visible = set(ctx.visible_targets([info.name for info in infos]))
+    if args.group is not None or args.labels or args.targets is not None:
+        settings = ctx.runtime.settings
+        selector = Selector(group=args.group, labels=args.labels, targets=args.targets)
+        try:
+            chosen = set(resolve_selector(selector, settings.targets, settings.groups).selected)
+        except InvalidRequest as exc:
+            if exc.reason != "empty":
+                raise
+            chosen = set()
+        visible &= chosen
     return TargetListOut(targets=[info for info in infos if info.name in visible])
 
 

@@ -10,7 +10,7 @@ cancelled call logs the same report. The audit record gets paths, sizes and hash
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from typing import Annotated, Any, Literal, TypeVar
+from typing import Annotated, Literal, TypeVar
 
 import anyio
 import structlog
@@ -19,7 +19,7 @@ from pydantic import BaseModel, Field
 from gateway._context import ToolContext
 from gateway._errors import ErrorCode, ToolFailure
 from gateway.tools._base import Input, TargetName
-from gateway.tools._registry import CHANGE, ToolGroup
+from gateway.tools._registry import CHANGE, ToolGroup, no_local_roots
 from remoteops import (
     Leftover,
     SyncOptions,
@@ -33,13 +33,8 @@ from remoteops import (
 __all__ = ["SPECS"]
 
 
-def _no_roots(settings: Any) -> str | None:
-    roots = getattr(getattr(settings, "transfers", None), "local_roots", ())
-    return None if roots else "no [transfers] local_roots configured"
-
-
 _log = structlog.get_logger("gateway.transfers")
-_tools = ToolGroup(CHANGE, unavailable=_no_roots)
+_tools = ToolGroup(CHANGE, unavailable=no_local_roots)
 SPECS = _tools.specs
 ResultT = TypeVar("ResultT", bound=BaseModel)
 

@@ -66,6 +66,7 @@ class MasterPool:
         self._locks: dict[str, anyio.Lock] = {}
         self._sems: dict[str, anyio.Semaphore] = {}
         self._failed_at: dict[str, float] = {}
+        self._starting = 0  # masters being started (not in _masters yet): they count against max_masters
         self.counters: Counter[str] = Counter()
         # Set by the agent carrier: when every slot of an identity is taken, an idle agent channel on it
         # (no request in flight) closes and gives its slot back, instead of holding it for agent_idle_s.
@@ -161,18 +162,22 @@ class MasterPool:
         ):
             self.counters["fallbacks"] += 1
             return None
-        if self.live_masters() >= self._settings.max_masters and not await self._evict_one():
-            if auto:
-                self.counters["fallbacks"] += 1
-                return None
-            raise ConnectError(
-                "every master is busy and max_masters is reached",
-                target=target.name,
-                stage="master",
-                reason="pool_exhausted",
-            )
-        master = Master(key, target, self._socket_path(key), self._settings)
+        # the slot is reserved before anything awaits: concurrent starts of other identities (and evictions
+        # in progress) count against max_masters, else a burst of first calls overshoots the cap
+        self._starting += 1
         try:
+            full = self.live_masters() + self._starting > self._settings.max_masters
+            if full and not await self._evict_one():
+                if auto:
+                    self.counters["fallbacks"] += 1
+                    return None
+                raise ConnectError(
+                    "every master is busy and max_masters is reached",
+                    target=target.name,
+                    stage="master",
+                    reason="pool_exhausted",
+                )
+            master = Master(key, target, self._socket_path(key), self._settings)
             await master.start(self._tg)
         except (HostKeyError, AuthError):
             raise  # a one-shot connection would fail the same way
@@ -188,6 +193,8 @@ class MasterPool:
             self._failed_at[key] = time.monotonic()
             self.counters["fallbacks"] += 1
             return None
+        finally:
+            self._starting -= 1  # no await until it is in _masters (or gone): never counted twice
         self._failed_at.pop(key, None)
         self._masters[key] = master
         self.counters["masters_created"] += 1

@@ -10,7 +10,7 @@ from pathlib import Path
 import anyio
 
 from remoteops._capture import HeadTail
-from remoteops._errors import UnknownTarget
+from remoteops._errors import ConnectError, UnknownTarget
 from remoteops._models import TargetIdentity
 from remoteops._process import run_process
 from remoteops._settings import TargetSpec, TransportSettings
@@ -87,7 +87,14 @@ class IdentityResolver:
                     stdout=HeadTail(1 << 20, 0),
                     stderr=HeadTail(8192, 0),
                 )
-        except (OSError, TimeoutError) as exc:
+        except TimeoutError as exc:  # a busy gateway host, not a name OpenSSH cannot resolve: worth a retry
+            raise ConnectError(
+                f"ssh -G did not answer within {_RESOLVE_S:g} s",
+                target=target.name,
+                stage="resolve",
+                reason="timeout",
+            ) from exc
+        except OSError as exc:
             raise UnknownTarget(f"ssh -G failed: {exc}", target=target.name) from exc
         stderr = outcome.stderr.head.decode(errors="replace").strip()
         if outcome.returncode != 0:

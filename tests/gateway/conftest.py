@@ -74,10 +74,14 @@ def gateway_client(tmp_path: Path) -> ClientFactory:
 
     @asynccontextmanager
     async def factory(
-        extra_specs: Sequence[AnySpec] = (), secrets: Sequence[str] = (), **settings: Any
+        extra_specs: Sequence[AnySpec] = (),
+        secrets: Sequence[str] = (),
+        clock: Callable[[], float] = time.monotonic,
+        **settings: Any,
     ) -> AsyncIterator[tuple[Client, Runtime]]:
         cfg = Settings.model_validate({"state_dir": str(tmp_path / "state"), **settings})
-        async with Runtime(cfg, [*all_specs(), *extra_specs], redactor=Redactor(secrets)) as rt:
+        specs = [*all_specs(), *extra_specs]
+        async with Runtime(cfg, specs, redactor=Redactor(secrets), clock=clock) as rt:
             server = build_server(rt, stdio_principal="test")
             async with Client(server, mode="legacy") as client:
                 yield client, rt

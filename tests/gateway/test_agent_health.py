@@ -15,6 +15,7 @@ import mcp_types as types
 import pytest
 
 from remoteops.agent.boot import current_build
+from tests.fixtures.mcp_client import carried
 from tests.fixtures.procs import wait_gone
 from tests.fixtures.sshd import SshdInstance
 from tests.gateway.conftest import ClientFactory
@@ -65,13 +66,13 @@ async def test_a_banner_target_gets_the_agent_and_its_file_tools_and_shows_its_b
             written = _ok(
                 await client.call_tool("remote_write", {"target": "bashrc", "path": path, "content": "hi\n"})
             )
-            read = _ok(await client.call_tool("remote_read", {"target": "bashrc", "path": path}))
+            read = await client.call_tool("remote_read", {"target": "bashrc", "path": path})
             health = _ok(await client.call_tool("gateway_health", {}))
     state = health["transport"]["carriers"]["bashrc"]
     assert caps["carrier"] == "agent"
     assert caps["agent_build"] == current_build()
     assert written["size"] == 3
-    assert read["content"] == "hi\n"
+    assert carried(read) == "hi\n"
     assert state["carrier"] == "agent"
     assert state["agent_build"] == current_build()
     assert state["agent_pid"] is not None

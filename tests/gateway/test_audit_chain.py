@@ -397,7 +397,7 @@ def test_output_scrubbing_masks_and_counts_planted_keys_and_is_off_by_default() 
     assert Settings().redaction.output == "off"  # off: results are not touched at all (_run_own)
     facts: dict[str, Any] = {}
     exec_out = {"exit_code": 0, "stdout": f"{PEM}\nkey={CLOUD}\n", "stderr": ""}
-    text, out, note = scrub_output(Redactor(), f"exit 0\n{PEM}\n{CLOUD}", exec_out, facts)
+    [text], out, note = scrub_output(Redactor(), [f"exit 0\n{PEM}\n{CLOUD}"], exec_out, facts)
     assert PEM not in out["stdout"]
     assert CLOUD not in out["stdout"]
     assert PEM not in text
@@ -408,21 +408,25 @@ def test_output_scrubbing_masks_and_counts_planted_keys_and_is_off_by_default() 
     assert set(out) == set(exec_out)  # the structured content keeps the tool's schema (no extra member)
     assert "output scrubbing masked 2 secret(s)" in text  # the text says so
     assert facts["redacted"] == note  # in the audit record too
-    read_out = {
-        "path": "/etc/app/.env",
-        "content": "AWS_SECRET_ACCESS_KEY=wJalrXUtnFEMI/K7MDENG\n",
-        "encoding": "utf-8",
-    }
-    _, masked, _ = scrub_output(Redactor(), "", read_out, {})
-    assert "wJalrXUtnFEMI/K7MDENG" not in masked["content"]
-    b64 = {"path": "/k", "content": "LS0tLS1CRUdJTiBSU0EgUFJJVkFURSBLRVktLS0tLQ==", "encoding": "base64"}
-    _, unchanged, skipped = scrub_output(Redactor(), "", b64, {})
-    assert unchanged == b64
+    read_out = {"path": "/etc/app/.env", "encoding": "utf-8"}
+    file = "AWS_SECRET_ACCESS_KEY=wJalrXUtnFEMI/K7MDENG\n"  # carried in the second text block
+    [_, masked], _, read_note = scrub_output(Redactor(), ["/etc/app/.env: 44 bytes", file], read_out, {})
+    assert "wJalrXUtnFEMI/K7MDENG" not in masked
+    assert read_note is not None
+    assert read_note["count"] == 1
+    b64 = {"path": "/k", "encoding": "base64"}
+    key = "LS0tLS1CRUdJTiBSU0EgUFJJVkFURSBLRVktLS0tLQ=="
+    texts, unchanged, skipped = scrub_output(Redactor(), ["", key], b64, {})
+    assert (texts, unchanged) == (["", key], b64)
     assert skipped is not None
     assert skipped["count"] == 0
     assert "skipped" in skipped
     clean = {"stdout": "hello\n"}
-    assert scrub_output(Redactor(), "hello", clean, {}) == ("hello", clean, None)  # nothing found: as it was
+    assert scrub_output(Redactor(), ["hello"], clean, {}) == (
+        ["hello"],
+        clean,
+        None,
+    )  # nothing found: as it was
 
 
 def test_a_secret_used_as_an_argument_name_is_masked_in_the_audit_record() -> None:

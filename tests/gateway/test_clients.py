@@ -102,6 +102,7 @@ HEALTH_FIELDS = {
     "transport",
     "upstreams",
     "tasks",
+    "mcp_tasks",
     "sessions",
     "state",
     "forwards",

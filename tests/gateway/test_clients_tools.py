@@ -58,14 +58,15 @@ def gateway(
 
 def _call(inspector: InstalledTool, gw: GatewayProcess, home: Path, tool: str, **args: Any) -> dict[str, Any]:
     """One successful tools/call through the Inspector; its structured content (the client checked it
-    against the tool's outputSchema)."""
+    against the tool's outputSchema), plus ``carried``: a second text block's text (remote_read's content)."""
     pairs = [a for key, value in args.items() for a in ("--tool-arg", f"{key}={_arg(value)}")]
     run = _inspect(inspector, gw, home, "--method", "tools/call", "--tool-name", tool, *pairs)
     result = _json_result(run, gw)
     assert result.get("isError") is False, (tool, result, run.describe())
     structured = result["structuredContent"]
     assert isinstance(structured, dict)
-    return structured
+    blocks = result["content"]
+    return {**structured, "carried": blocks[1]["text"]} if len(blocks) > 1 else structured
 
 
 def _arg(value: Any) -> str:
@@ -86,7 +87,7 @@ def test_the_inspector_writes_reads_stats_and_lists_a_file_and_sees_not_found_fo
     written = _call(inspector, gateway, tmp_path, "remote_write", target="plain", path=path, content=text)
     assert written["sha256"] == hashlib.sha256(text.encode()).hexdigest()
     read = _call(inspector, gateway, tmp_path, "remote_read", target="plain", path=path)
-    assert (read["content"], read["truncated"]) == (text, False)
+    assert (read["carried"], read["truncated"]) == (text, False)
     stat = _call(inspector, gateway, tmp_path, "remote_stat", target="plain", path=path)
     assert stat["size"] == len(text.encode())
     listing = _call(inspector, gateway, tmp_path, "remote_list", target="plain", path=str(shared))
@@ -104,12 +105,12 @@ def test_the_inspector_reads_lines_makes_a_setgid_directory_and_sees_a_mixed_ran
     read = _call(
         inspector, gateway, tmp_path, "remote_read", target="plain", path=path, start_line=2, line_count=2
     )
-    assert (read["content"], read["more_lines"], read["offset"]) == ("two\nthree\n", True, 4)
+    assert (read["carried"], read["more_lines"], read["offset"]) == ("two\nthree\n", True, 4)
     assert read["sha256"] == hashlib.sha256(text.encode()).hexdigest()  # the whole file's
     tail = _call(inspector, gateway, tmp_path, "remote_read", target="plain", path=path, start_line=4)
-    assert (tail["content"], tail["more_lines"]) == ("four", False)
+    assert (tail["carried"], tail["more_lines"]) == ("four", False)
     past = _call(inspector, gateway, tmp_path, "remote_read", target="plain", path=path, start_line=9)
-    assert (past["content"], past["past_end"]) == ("", True)
+    assert (past["carried"], past["past_end"]) == ("", True)
     mixed = {"target": "plain", "path": path, "start_line": 1, "offset": 3}
     assert _fail(inspector, gateway, tmp_path, "remote_read", **mixed) == "validation_error"
     made = _call(

@@ -29,8 +29,8 @@ from acceptance.harness.raw_mcp import (
 )
 from gateway._catalog import Toolset
 from gateway._dispatch import error_payload
-from gateway.config import DEFAULT_SCOPES
-from gateway.tools import all_specs, transfers
+from gateway.config import DEFAULT_SCOPES, Settings
+from gateway.tools import all_specs
 from tests.fixtures.gateway_proc import GatewayProcess, run_gateway
 from tests.fixtures.node_tools import InstalledTool
 from tests.fixtures.oauth_server import INTROSPECTION_CLIENT, AuthServer, run_auth_server
@@ -44,9 +44,12 @@ METADATA_URL = "https://gateway.example.test/.well-known/oauth-protected-resourc
 PROXY_PEER = "127.0.0.2"  # the trusted proxy's address; the tests' own requests come from 127.0.0.1
 # From the catalog, so tools that other toolsets gain later are covered without naming them here.
 INSPECT_TOOLS = {spec.name for spec in all_specs() if spec.toolset is Toolset.INSPECT}
-# The transfer tools are offered only with [transfers] local_roots, which these gateways do not configure.
-EXECUTE_TOOLS = {spec.name for spec in all_specs() if spec.toolset is Toolset.EXECUTE} - {
-    spec.name for spec in transfers.SPECS
+# Tools needing a setting these gateways leave out (the transfer tools and upload_many: [transfers]
+# local_roots) are not offered.
+EXECUTE_TOOLS = {
+    spec.name
+    for spec in all_specs()
+    if spec.toolset is Toolset.EXECUTE and (spec.unavailable is None or spec.unavailable(Settings()) is None)
 }
 
 

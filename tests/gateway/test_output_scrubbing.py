@@ -19,6 +19,7 @@ import pytest
 
 from gateway._dispatch import REDACTED_META_KEY
 from tests.fixtures.gateway_proc import run_gateway
+from tests.fixtures.mcp_client import carried
 from tests.fixtures.node_tools import INSPECTOR, ensure_tool
 from tests.fixtures.sshd import SshdInstance
 from tests.gateway.conftest import ClientFactory, read_audit
@@ -99,13 +100,10 @@ async def test_with_scrubbing_on_keys_in_a_remote_read_text_result_are_masked_an
         audit = [json.loads(line) for line in (await read_audit(rt)).splitlines()]
     assert text_read.is_error is not True
     assert raw_read.is_error is not True
-    content = text_read.structured_content
-    assert content is not None
-    assert _secrets_in(content["content"]) == []
+    assert text_read.structured_content is not None
+    assert _secrets_in(carried(text_read)) == []
     assert _note(text_read) == {"count": 2, "kinds": KINDS}
-    raw = raw_read.structured_content
-    assert raw is not None
-    assert base64.b64decode(raw["content"]) == PLANTED.encode()  # byte-exact: never altered
+    assert base64.b64decode(carried(raw_read)) == PLANTED.encode()  # byte-exact: never altered
     skipped = _note(raw_read)
     assert skipped["count"] == 0
     assert "base64" in skipped["skipped"]  # and it says so
@@ -126,9 +124,9 @@ async def test_with_scrubbing_off_the_planted_keys_pass_unchanged(
     assert ran.structured_content is not None
     assert ran.structured_content["stdout"] == PLANTED
     assert read.structured_content is not None
-    assert read.structured_content["content"] == PLANTED
+    assert carried(read) == PLANTED
     assert raw.structured_content is not None
-    assert base64.b64decode(raw.structured_content["content"]) == PLANTED.encode()
+    assert base64.b64decode(carried(raw)) == PLANTED.encode()
     assert [_note(r) for r in (ran, read, raw)] == [None, None, None]
 
 

@@ -77,7 +77,7 @@ async def test_an_upstream_known_to_be_down_never_delays_the_first_tools_list(tm
 async def test_the_first_tools_list_waits_for_a_hung_first_connection_no_longer_than_first_list_wait_s(
     tmp_path: Path,
 ) -> None:
-    wait_s = 3.0
+    wait_s = 4.0
     with socket.socket() as listener:  # accepts TCP (backlog) but never answers HTTP
         listener.bind(("127.0.0.1", 0))
         listener.listen(16)
@@ -103,4 +103,6 @@ async def test_the_first_tools_list_waits_for_a_hung_first_connection_no_longer_
     assert first_done - before_start >= wait_s - 0.05  # it did wait for the first connection...
     # ...up to first_list_wait_s after start, no longer (the connect timeout, 30 s, would be far beyond)
     assert first_done - asked <= wait_s + 5.0
-    assert again < wait_s / 2  # past the bound, listing is never delayed again (ms here)
+    # past the bound, listing is never delayed again: ms on an idle machine, 2.4 s seen at load 6; waiting
+    # for the hung connection again would take wait_s or more
+    assert again < wait_s - 1.0

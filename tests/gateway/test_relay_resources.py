@@ -310,8 +310,9 @@ async def test_every_page_of_the_upstreams_resource_template_and_prompt_lists_is
             with anyio.fail_after(30):
                 await fault.wait_standalone_stream()  # the list_changed of each addition reaches the gateway
                 for name in ("one", "two"):  # three resources and three prompts: three pages each
-                    await client.call_tool("add_resource", {"name": name})
-                    await client.call_tool("add_prompt", {"name": f"p-{name}"})
+                    for tool, added_name in (("add_resource", name), ("add_prompt", f"p-{name}")):
+                        added = await client.call_tool(tool, {"name": added_name})
+                        assert added.is_error is not True, (tool, added.content)
                 async with Client(fault.url, mode="legacy", cache=None) as direct:
 
                     async def resources(cursor: str | None) -> Any:

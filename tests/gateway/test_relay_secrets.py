@@ -26,7 +26,8 @@ async def test_a_bearer_token_rotated_between_connections_is_redacted_like_the_f
     token_file = tmp_path / "upstream-token"
     token_file.write_text(FIRST + "\n")
     inbox = Inbox()
-    conn = {"bearer_token_file": str(token_file)}
+    # probed often: the idle connection's loss is seen in a fraction of a second, not at the 10 s default
+    conn = {"bearer_token_file": str(token_file), "keepalive_interval_s": 0.2, "liveness_timeout_s": 5.0}
     async with serve_gateway(tmp_path, inbox, upstreams=[entry(fault, conn)]) as (client, rt):
         with anyio.fail_after(30):
             await wait_listed(client, inbox, {"count"})

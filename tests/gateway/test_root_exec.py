@@ -211,15 +211,16 @@ async def test_a_wrong_password_typed_on_the_page_is_a_privilege_error(
 
 
 async def test_an_expired_link_is_refused(sshd: SshdInstance, gateway_client: ClientFactory) -> None:
-    cfg = _settings(sshd, providers=["sudo_password"], secret_ttl_s=1)
-    async with chromium() as browser, gateway_client(**cfg) as (client, rt):
+    now = [time.monotonic()]  # the links' clock, moved past the lifetime instead of sleeping through it
+    cfg = _settings(sshd, providers=["sudo_password"], secret_ttl_s=60)
+    async with chromium() as browser, gateway_client(clock=lambda: now[0], **cfg) as (client, rt):
         first = await _call(client, "pass", ["id", "-u"])
         error = error_payload(first)
         assert error is not None
         link = error["details"]["entry"]
         entry = rt.secrets.entry(link.rsplit("/", 1)[1])
         assert entry is not None
-        await anyio.sleep(entry.expires - time.monotonic() + 0.05)  # the link's lifetime is what is tested
+        now[0] = entry.expires + 0.05
         late = await enter_password(browser, link, sshd.pass_password)
     assert late.status == 410
     assert late.after_status is None  # no form to submit

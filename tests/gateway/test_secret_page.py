@@ -224,11 +224,12 @@ async def _raw_post_head(url: str, entry: Entry, body: bytes) -> anyio.abc.Socke
 
 
 async def _finish(stream: anyio.abc.SocketStream, body: bytes) -> int:
-    """Send the rest of the body and read the answer to its end; the HTTP status."""
+    """Send the rest of the body and read the answer's status line; the HTTP status (the connection is not
+    read to its end: the listener may keep it open for its keep-alive time)."""
     await stream.send(body[5:])
     answer = b""
     with anyio.fail_after(10):
-        while True:
+        while b"\r\n" not in answer:
             try:
                 answer += await stream.receive()
             except anyio.EndOfStream:

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import os
-import shutil
-import tempfile
 from collections.abc import Callable, Iterator
 from contextlib import AbstractAsyncContextManager
 from pathlib import Path
@@ -48,17 +46,6 @@ def portal_ops(ops_factory: OpsFactory) -> Iterator[tuple[BlockingPortal, Remote
     """One RemoteOps (one master) living in a portal thread, for sync tests such as hypothesis properties."""
     with start_blocking_portal("asyncio") as portal, portal.wrap_async_context_manager(ops_factory()) as ops:
         yield portal, ops
-
-
-@pytest.fixture
-def shared_dir() -> Iterator[Path]:
-    """A short directory every target user can write to (the target is this machine)."""
-    path = Path(tempfile.mkdtemp(prefix="rogt-", dir="/tmp"))
-    path.chmod(0o777)
-    try:
-        yield path
-    finally:
-        shutil.rmtree(path, ignore_errors=True)
 
 
 async def wait_for_line(path: Path) -> str:

@@ -63,6 +63,35 @@ async def test_a_host_name_that_does_not_resolve_is_an_unknown_target_in_every_m
     assert failure.retryable is False
 
 
+@pytest.mark.anyio
+async def test_an_ssh_g_that_does_not_answer_in_time_is_a_retryable_connect_error_not_an_unknown_target(
+    empty_ssh_config: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A gateway host too busy to run ``ssh -G`` in time says nothing about the target's name.
+    import remoteops.ssh.resolve as resolve
+
+    slow = empty_ssh_config.parent / "slow-ssh"
+    slow.write_text("#!/bin/sh\nexec sleep 30\n")
+    slow.chmod(0o755)
+    monkeypatch.setattr(resolve, "_RESOLVE_S", 0.3)
+    settings = TransportSettings.model_validate(
+        {
+            "ssh_config_file": empty_ssh_config,
+            "control_dir": empty_ssh_config.parent / "c",
+            "ssh_binary": str(slow),
+        }
+    )
+    async with RemoteOps(settings, [TargetSpec(name="busy", host="127.0.0.1")]) as ops:
+        with anyio.fail_after(30), pytest.raises(ConnectError) as info:
+            await ops.run("busy", ["true"])
+    assert not isinstance(info.value, UnknownTarget)
+    assert (info.value.reason, info.value.stage, info.value.target) == ("timeout", "resolve", "busy")
+    failure = translate(info.value)
+    assert failure is not None
+    assert failure.code == ErrorCode.CONNECT_ERROR
+    assert failure.retryable is True
+
+
 LINE = st.text(st.characters(codec="utf-8", exclude_characters="\r\n\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029"))
 
 

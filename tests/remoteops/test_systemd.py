@@ -7,6 +7,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Iterator
 
+import anyio
 import pytest
 
 from acceptance.harness.systemd_helpers import LOG_LINES, SystemdHost, booted, unavailable_reason
@@ -41,7 +42,13 @@ async def test_hostile_unit_names_are_refused_before_any_process_starts_on_the_t
     host: SystemdHost,
 ) -> None:
     async with host.ops() as ops:
-        await ops.run("sd", ["true"])  # the connection and agent exist before counting
+        # the connection and the agent exist before counting (the first call may run over ssh while the
+        # agent is still booting beside it: its process would appear between the two counts)
+        with anyio.fail_after(30):
+            await ops.run("sd", ["true"])
+            while ops.stats().carriers["sd"].carrier != "agent":
+                await anyio.sleep(0.05)
+                await ops.run("sd", ["true"])
         before = host.processes()
         for bad in HOSTILE:
             with pytest.raises(InvalidRequest):

@@ -46,3 +46,24 @@ async def test_relayed_calls_to_a_fastmcp_upstream_reuse_connections(libtmux_url
                 assert result.is_error is not True
             opened = _connections_to(port) - before
     assert opened <= 3, f"{opened} new connections for 20 calls: keep-alive is not reused"
+
+
+async def test_a_connection_idle_past_the_keepalive_expiry_is_not_reused(
+    fault_http: FaultServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The client drops an idle connection before the server would (uvicorn and Node close theirs after 5 s):
+    # a request sent while the server closes the connection fails after it was sent, which is ambiguous.
+    import upstream._transport as transport
+
+    assert transport._KEEPALIVE_EXPIRY_S < 5.0
+    monkeypatch.setattr(transport, "_KEEPALIVE_EXPIRY_S", 0.3)
+    async with Upstream(fault_http.settings()) as up:
+        with anyio.fail_after(30):
+            await up.wait_for(lambda h: h.state == "connected")
+            await up.call_tool("echo", {"text": "warm"})
+            before = _connections_to(fault_http.port)
+            await anyio.sleep(0.6)  # past the (shortened) expiry
+            result = await up.call_tool("echo", {"text": "after the idle gap"})
+            opened = _connections_to(fault_http.port) - before
+    assert result.structured_content == {"text": "after the idle gap"}
+    assert opened >= 1, "the idle connection was reused past the keep-alive expiry"
