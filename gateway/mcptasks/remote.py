@@ -25,6 +25,9 @@ __all__ = ["Finish", "RemoteCommand", "RemoteWatcher", "failure"]
 _log = structlog.get_logger("gateway.mcptasks")
 _RETRY_S = 2.0
 _SEGMENT_S = 20.0
+_FIRST_SEGMENT_S = 2.0
+"""The first wait is short, so the status message gives the output so far soon after the task began (a
+wait reports growth that happens while it waits, not output that was there already)."""
 
 Finish = Callable[..., Awaitable[McpTaskRecord | None]]
 """``finish(task_id, status, message, **record_fields)``: the runner's one way to end a task."""
@@ -53,6 +56,7 @@ class RemoteWatcher:
 
     async def watch(self, task_id: str) -> None:
         """Follow the remote command of this task until the task is terminal (also after a restart)."""
+        segment_s = _FIRST_SEGMENT_S
         while True:
             record = self._store.current(task_id)
             if record is None or record.terminal or record.remote_task is None:
@@ -61,8 +65,9 @@ class RemoteWatcher:
                 await self._store.changed(task_id)  # the cancel in progress finishes it
                 continue
             try:
-                if await self._segment(record):
+                if await self._segment(record, segment_s):
                     return
+                segment_s = _SEGMENT_S
             except TaskNotFound:
                 message = "the remote task record is gone (purged): the command's outcome is unknown"
                 await self._finish(task_id, "completed", message, failure=failure("not_found", message))
@@ -84,7 +89,7 @@ class RemoteWatcher:
                 await self._finish(task_id, "failed", message, error=error)
                 return
 
-    async def _segment(self, record: McpTaskRecord) -> bool:
+    async def _segment(self, record: McpTaskRecord, segment_s: float) -> bool:
         """One bounded wait on the target; True once the task is finished."""
         if record.remote_task is None or record.deadline is None:
             return True
@@ -100,9 +105,7 @@ class RemoteWatcher:
                 record.id, status_message=f"running on {record.target}: {size} bytes of output so far"
             )
 
-        waited = await self._tasks.wait(
-            record.remote_task, timeout_s=min(_SEGMENT_S, left), progress=progress
-        )
+        waited = await self._tasks.wait(record.remote_task, timeout_s=min(segment_s, left), progress=progress)
         if waited.outcome in ("exited", "lost"):
             current = self._store.current(record.id)
             if current is not None and current.cancel_requested:
