@@ -99,6 +99,11 @@ class _Exec:
 
     # -- start -------------------------------------------------------------------------------------------
     def start(self) -> None:
+        spare = self.agent.take_spare()
+        handed = spare.hand(self, self.argv, self.cwd, self.env, self.wants_stdin) if spare else None
+        if spare is not None and handed is not None:
+            self._running(spare.pid, *handed)
+            return
         ends: list[int] = []
         try:
             stdin_r, stdin_w = os.pipe() if self.wants_stdin else (-1, -1)
@@ -120,8 +125,12 @@ class _Exec:
         for fd in (stdin_r, out_w, err_w, ctrl_r, status_w):
             if fd >= 0:
                 os.close(fd)
-        self.sup = pid
         self.agent.by_pid[pid] = self
+        self._running(pid, ctrl_w, status_r, stdin_w, out_r, err_r)
+
+    def _running(self, pid: int, ctrl_w: int, status_r: int, stdin_w: int, out_r: int, err_r: int) -> None:
+        """The supervisor ``pid`` has the call: watch its pipes, feed its stdin, start the time limit."""
+        self.sup = pid
         self.ctrl_fd = ctrl_w
         self.status_fd = status_r
         for fd, capture in ((out_r, self.out), (err_r, self.err)):
@@ -395,3 +404,4 @@ class _Exec:
         }
         self.agent.send(encode(self.id, RESULT, meta, out_head + out_tail + err_head + err_tail))
         self.out = self.err = _Capture(0, 0)
+        self.agent.later(0, self.agent.refill)  # the next call's supervisor, forked after this answer

@@ -33,6 +33,7 @@ from .codec import (
 )
 from .exec import _CONFIRM_FOR_S, _Exec
 from .procs import _PR_SET_CHILD_SUBREAPER, _prctl
+from .supervise import _Spare
 from .workers import _FILE_WORKERS, _FileWork
 
 __all__ = ["_Agent", "main"]
@@ -65,6 +66,7 @@ class _Agent:
         # orphans of finished calls and of dead supervisors are re-parented to us and reaped here
         self.subreaper = _prctl(_PR_SET_CHILD_SUBREAPER, 1)
         self.files = _FileWork(self)
+        self.spare: _Spare | None = None  # a supervisor forked ahead of the next EXEC (``supervise``)
 
     # -- plumbing ----------------------------------------------------------------------------------------
     def later(self, delay_s: float, callback: Callable[[], None]) -> list[Any]:
@@ -72,6 +74,15 @@ class _Agent:
         timer = [time.monotonic() + delay_s, self.seq, callback]
         heapq.heappush(self.timers, timer)
         return timer
+
+    def take_spare(self) -> _Spare | None:
+        spare, self.spare = self.spare, None
+        return spare
+
+    def refill(self) -> None:
+        """Fork the spare supervisor, if there is none (called once an answer is out: off the call's path)."""
+        if self.spare is None and not self.closing:
+            self.spare = _Spare.fork(self)
 
     def send(self, frame: bytes) -> None:
         pending = bool(self.out)
@@ -224,6 +235,7 @@ class _Agent:
             "kinds": [HELLO, EXEC, DATA, CANCEL, PING, *sorted(_FILE_KINDS)],
         }
         self.send(encode(request_id, HELLO, info))
+        self.later(0, self.refill)
 
     # -- life --------------------------------------------------------------------------------------------
     def shutdown(self) -> None:
@@ -234,6 +246,9 @@ class _Agent:
         self.closing = True
         self.exit_at = time.monotonic() + _SHUTDOWN_GRACE_S + _CONFIRM_FOR_S
         self.files.stop_all()
+        spare = self.take_spare()
+        if spare is not None:
+            spare.retire()
         for child in list(self.execs.values()):
             child.cancelled = True
             child.kill(_SHUTDOWN_GRACE_S)
