@@ -18,6 +18,7 @@ import dataclasses
 import json
 import time
 import uuid
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import mcp_types as types
@@ -42,6 +43,7 @@ from upstream import ElicitCallback, ProgressCallback, UpstreamRejected
 __all__ = [
     "ERROR_META_KEY",
     "REDACTED_META_KEY",
+    "RelayCall",
     "dispatch_call",
     "error_payload",
     "error_result",
@@ -59,6 +61,12 @@ ERROR_META_KEY = "remoteops-gateway/error"
 REDACTED_META_KEY = "remoteops-gateway/redacted"
 """The ``_meta`` key of what ``[redaction] output = "mask"`` did to a result (never in
 ``structuredContent``: the tools' output schemas forbid unknown members, and clients validate them)."""
+
+RelayCall = Callable[
+    [RelayedTool, types.CallToolRequestParams, ProgressCallback | None, ElicitCallback | None],
+    Awaitable[types.CallToolResult],
+]
+"""How a relayed tool is reached (``relay_call`` of :func:`dispatch_call`)."""
 
 _MAX_REASONS = 5
 _MAX_REASON_CHARS = 160
@@ -257,12 +265,15 @@ async def dispatch_call(
     elicit: ElicitCallback | None = None,
     elicitor: UrlElicitor | None = None,
     input_required: bool = False,
+    relay_call: RelayCall | None = None,
 ) -> types.CallToolResult | types.InputRequiredResult:
     """``elicit`` reaches the calling client for a relayed tool's elicitation; own tools elicit only
     through ``elicitor`` (URL mode, for the one-time password page; never form mode).
     ``policy`` decides, before anything runs or connects, whether ``principal`` may call this tool on
     this target (``policy_denied`` otherwise). ``input_required``: a 2026-07-28 client that declared URL
-    elicitation; a password the call needs is then asked for with an ``InputRequiredResult``."""
+    elicitation; a password the call needs is then asked for with an ``InputRequiredResult``.
+    ``relay_call`` reaches a relayed tool instead of ``rt.relay.call`` (the relayed-task path sends a
+    task-augmented call there, after every check of this function)."""
     name = params.name
     arguments: dict[str, Any] = dict(params.arguments or {})
     own = rt.catalog.get(name)
@@ -333,7 +344,10 @@ async def dispatch_call(
             outcome = "ok"
         elif relayed is not None:
             try:
-                result = await rt.relay.call(relayed, params, progress=report_progress, elicit=elicit)
+                if relay_call is not None:
+                    result = await relay_call(relayed, params, report_progress, elicit)
+                else:
+                    result = await rt.relay.call(relayed, params, progress=report_progress, elicit=elicit)
             except UpstreamRejected as exc:  # the upstream's JSON-RPC error reaches the client unchanged
                 raise MCPError(exc.code, exc.message, exc.data) from exc
             outcome = "tool_error" if result.is_error else "ok"

@@ -1,5 +1,6 @@
 """The client of one upstream MCP server: supervised connection, single-flight reconnect,
-no replay after ambiguous loss, faithful passthrough of tools, resources, prompts and their results.
+no replay after ambiguous loss, faithful passthrough of tools, resources, prompts, the upstream's own
+MCP tasks and their results.
 
 Knows nothing of `gateway` or `remoteops`. The exception tree is drawn in `upstream._errors`.
 """
@@ -25,6 +26,7 @@ from upstream._streams import DelegatingReadStream
 from upstream._supervisor import ToolsChangedCallback
 from upstream._surface import SurfaceCallback, SurfaceKind, SurfaceNotice
 from upstream._surface_api import UpstreamSurface
+from upstream._tasks import TasksEra, UpstreamTasks
 from upstream._transport import SecretCallback
 from upstream._upstream import Upstream
 
@@ -40,6 +42,7 @@ __all__ = [
     "SurfaceCallback",
     "SurfaceKind",
     "SurfaceNotice",
+    "TasksEra",
     "ToolsChangedCallback",
     "Upstream",
     "UpstreamAmbiguous",
@@ -53,5 +56,6 @@ __all__ = [
     "UpstreamSettings",
     "UpstreamState",
     "UpstreamSurface",
+    "UpstreamTasks",
     "UpstreamUnavailable",
 ]

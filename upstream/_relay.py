@@ -2,18 +2,22 @@
 
 What provably never ran (not sent; a definitive "session not found", once) is sent again on the next
 connection; what may have run is reported (`UpstreamAmbiguous`), never re-sent. Tool calls
-(`Upstream.call_tool`) and everything else relayed (`UpstreamSurface`: reads, prompt gets,
-completions, (un)subscriptions) go through the same `Relay`, so they share these fault semantics.
+(`Upstream.call_tool`), everything else relayed (`UpstreamSurface`: reads, prompt gets,
+completions, (un)subscriptions) and the upstream's own tasks (`UpstreamTasks`: a task-augmented
+tools/call, tasks/get, tasks/result, tasks/list, tasks/cancel, tasks/update, sent raw by `Relay.run`)
+go through the same `Relay`, so they share these fault semantics.
 It works on the supervisor's connection (`upstream._supervisor`) and knows nothing of the facade.
 """
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from functools import partial
 from typing import Protocol, TypeVar
 
 import anyio
 import mcp_types as types
+from mcp.client.session import ClientSession
 from mcp.shared.exceptions import MCPError
 from pydantic import BaseModel, ValidationError
 
@@ -35,6 +39,7 @@ from upstream._supervisor import Supervisor
 __all__ = ["ProgressCallback", "Relay", "RelayedRequest"]
 
 R = TypeVar("R", bound=BaseModel)
+T = TypeVar("T")
 
 RelayedRequest = (
     types.CallToolRequest
@@ -109,7 +114,23 @@ class Relay:
         Raises UpstreamUnavailable (nothing sent), UpstreamAmbiguous (may have run; not replayed),
         UpstreamRejected (JSON-RPC error from the upstream), UpstreamProtocolError, UpstreamClosed.
         """
-        method = request.method
+
+        def send(session: ClientSession) -> Awaitable[R]:
+            return session.send_request(request, result_type, progress_callback=progress)
+
+        return await self.run(send, method=request.method, subject=subject, limit_s=limit_s, elicit=elicit)
+
+    async def run(
+        self,
+        send: Callable[[ClientSession], Awaitable[T]],
+        *,
+        method: str,
+        subject: str,
+        limit_s: float | None = None,
+        elicit: ElicitCallback | None = None,
+    ) -> T:
+        """`send(session)` on the current connection under the one retry policy: what `__call__` does
+        for a typed request, for any way of sending one (the upstream's own tasks are sent raw)."""
         started = anyio.current_time()
         session_retried = False
         not_sent = 0
@@ -121,11 +142,10 @@ class Relay:
             routed = conn.router.enter(elicit, deadline=sent_at + limit)
             answered = False  # stays False if cancelled or abandoned: the upstream may still run it
 
-            send = partial(session.send_request, request, result_type, progress_callback=progress)
-            result: R | None = None
+            result: T | None = None
             try:
                 with anyio.move_on_after(limit):
-                    result = await conn.request(send)
+                    result = await conn.request(partial(send, session))
                 answered = result is not None
             except Abandoned as exc:
                 raise self._ambiguous(subject, sent_at, exc.reason) from None

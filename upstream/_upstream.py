@@ -1,7 +1,8 @@
 """`Upstream`: one supervised connection to one upstream MCP server.
 
 The facade: lifecycle, health, and the entry points `list_tools`, `call_tool` and `relay` (any
-relayed request: resources, prompts and completions go through the same `Relay` from `surface`).
+relayed request: resources, prompts and completions go through the same `Relay` from `surface`, the
+upstream's own MCP tasks from `tasks`).
 The retry policy (what provably never ran is re-sent; what may have run is reported ambiguous,
 never replayed) lives in `upstream._relay`; the connection itself is owned by a supervisor task:
 see `upstream._supervisor`.
@@ -33,6 +34,7 @@ from upstream._stderr import StderrCallback
 from upstream._supervisor import Supervisor, ToolsChangedCallback
 from upstream._surface import SurfaceCallback
 from upstream._surface_api import UpstreamSurface
+from upstream._tasks import UpstreamTasks
 from upstream._transport import SecretCallback
 
 __all__ = ["ProgressCallback", "ToolsChangedCallback", "Upstream"]
@@ -84,6 +86,8 @@ class Upstream:
         self._exit_stack: AsyncExitStack | None = None
         self.surface = UpstreamSurface(settings, self._sup, self._relay)
         """Resources, resource templates, prompts and completions (`upstream._surface_api`)."""
+        self.tasks = UpstreamTasks(settings, self._sup, self._relay)
+        """The upstream's own MCP tasks, in the era it offers them (`upstream._tasks`)."""
 
     @property
     def name(self) -> str:

@@ -10,6 +10,7 @@ Modules:
 - ``negotiate`` — who declared the extension, and which calls become a task.
 - ``remote`` — a ``remote_exec`` as a remote task: the watcher, the time limit, the ``ExecResult``.
 - ``runner`` — :class:`McpTasks`: creation, local work, input, cancel, what a restart finds.
+- ``relayed`` — an upstream's own tasks passed through: the bounded id map, routing, audit, errors.
 - ``wire`` — records in each generation's wire shape.
 - ``protocol`` — the ``tasks/*`` methods and the ``tools/call`` middleware on the SDK's ``Server``.
 """
@@ -17,6 +18,7 @@ Modules:
 from gateway.mcptasks.negotiate import EXTENSION_ID, declares_extension, may_run_as_task, wants_task
 from gateway.mcptasks.protocol import Plan, TaskHooks, install, server_tasks_capability
 from gateway.mcptasks.records import TERMINAL, Generation, McpTaskRecord, McpTaskStatus
+from gateway.mcptasks.relayed import RelayedCreate, RelayedTask, RelayedTasks, created_task_id
 from gateway.mcptasks.remote import RemoteCommand
 from gateway.mcptasks.runner import LocalRun, McpTasks
 from gateway.mcptasks.store import McpTaskNotFound
@@ -31,8 +33,12 @@ __all__ = [
     "McpTaskStatus",
     "McpTasks",
     "Plan",
+    "RelayedCreate",
+    "RelayedTask",
+    "RelayedTasks",
     "RemoteCommand",
     "TaskHooks",
+    "created_task_id",
     "declares_extension",
     "install",
     "may_run_as_task",

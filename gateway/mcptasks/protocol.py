@@ -7,6 +7,10 @@ The middleware is needed because the SDK validates a 2025-11-25 ``tools/call`` r
 ``CallToolResult``: a ``CreateTaskResult`` can only leave from a middleware that answers without calling
 on (the SDK's documented short-circuit, which then owns its envelope, ``serverInfo`` stamp included).
 
+Relayed upstream tools keep their own tasks (``gateway.mcptasks.relayed``): a task-augmented call of one
+whose upstream offers tasks in the caller's era is answered by ``TaskHooks.relayed_create`` (the upstream's
+``CreateTaskResult``), and the ``tasks/*`` methods route the ids it remembered to that upstream.
+
 Errors as the spec gives them: an unknown id, an expired one and another principal's all get ``-32602``
 ("Task not found"); a 2026-07-28 request on ``tasks/*`` without the extension declared gets ``-32021``.
 """
@@ -22,10 +26,11 @@ from mcp import MCPError
 from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
 from mcp.server.lowlevel.server import Server
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
-from pydantic import Field
+from pydantic import BaseModel, Field
 
 from gateway.mcptasks.negotiate import EXTENSION_ID, declares_extension, may_run_as_task, wants_task
 from gateway.mcptasks.records import Generation, McpTaskRecord
+from gateway.mcptasks.relayed import RelayedCreate, RelayedTask, RelayedTasks
 from gateway.mcptasks.runner import McpTasks
 from gateway.mcptasks.store import McpTaskNotFound
 from gateway.mcptasks.wire import (
@@ -45,6 +50,7 @@ Plan = Callable[[Ctx, types.CallToolRequestParams, Generation, int | None], Awai
 """Create the task for this call (None: run it as an ordinary call)."""
 _FIRST_TASKS_VERSION = "2025-11-25"
 _RELATED_TASK = "io.modelcontextprotocol/related-task"
+_LIST_CAP = 100
 
 
 @dataclass(frozen=True)
@@ -54,6 +60,10 @@ class TaskHooks:
     is_own_tool: Callable[[Ctx, str], bool]
     plan: Plan
     result_of: ResultOf
+    relayed_create: RelayedCreate | None = None
+    """Task-augmented calls of relayed tools (None: relayed tools are always ordinary calls)."""
+    relayed: RelayedTasks | None = None
+    """The relayed task ids remembered, and their requests to the upstreams."""
 
 
 class _TaskIdParams(types.RequestParams):
@@ -102,6 +112,23 @@ def _stamp(server: Server[Any], ctx: Ctx, result: dict[str, Any]) -> dict[str, A
     return result
 
 
+def _stamp_relayed(server: Server[Any], ctx: Ctx, answer: dict[str, Any] | BaseModel) -> dict[str, Any]:
+    """An answer about a relayed task as the caller gets it: the upstream's untouched, but on 2026-07-28
+    with the gateway's ``serverInfo`` stamp (the gateway answers, as for its own tasks) beside the other
+    ``_meta`` keys; an answer of the gateway's own (a refusal) in the wire form a handler's would have."""
+    result = (
+        answer.model_dump(mode="json", by_alias=True, exclude_none=True)
+        if isinstance(answer, BaseModel)
+        else dict(answer)
+    )
+    if _modern(ctx):
+        result.setdefault("resultType", "complete")
+        meta = result.get("_meta")
+        kept = dict(meta) if isinstance(meta, Mapping) else {}
+        result["_meta"] = {**kept, types.SERVER_INFO_META_KEY: server.server_info_stamp}
+    return result
+
+
 def install(server: Server[Any], hooks: TaskHooks) -> None:
     """Register the task methods and the ``tools/call`` middleware on ``server``."""
     server.extensions[EXTENSION_ID] = {}
@@ -115,6 +142,13 @@ def install(server: Server[Any], hooks: TaskHooks) -> None:
             return await call_next(ctx)  # the SDK's own validation answers it
         tasks = hooks.tasks(ctx)
         own = hooks.is_own_tool(ctx, params.name)
+        asks = declares_extension(ctx.params) if _modern(ctx) else params.task is not None
+        if not own and asks and hooks.relayed_create is not None:  # the upstream's own task, if it has them
+            generation: Generation = "v2" if _modern(ctx) else "v1"
+            ttl = params.task.ttl if params.task is not None and generation == "v1" else None
+            answer = await hooks.relayed_create(ctx, params, generation, ttl)
+            if answer is not None:
+                return _stamp_relayed(server, ctx, answer)
         if _modern(ctx):
             arguments = params.arguments or {}
             if not (
@@ -124,7 +158,7 @@ def install(server: Server[Any], hooks: TaskHooks) -> None:
             record = await hooks.plan(ctx, params, "v2", None)
             return await call_next(ctx) if record is None else _stamp(server, ctx, created_v2(record))
         if params.task is None or not own:
-            return await call_next(ctx)  # relayed tools keep their task param: the upstream decides
+            return await call_next(ctx)  # an upstream without (these) tasks: an ordinary relayed call
         if not may_run_as_task(tasks.settings, params.name):
             raise MCPError(types.METHOD_NOT_FOUND, f"tool {params.name!r} does not support task execution")
         record = await hooks.plan(ctx, params, "v1", params.task.ttl)
@@ -140,14 +174,24 @@ def install(server: Server[Any], hooks: TaskHooks) -> None:
         except McpTaskNotFound:
             raise _not_found(task_id) from None
 
+    def relayed(task_id: str, generation: Generation) -> tuple[RelayedTasks, RelayedTask] | None:
+        """The caller's relayed task of this era, with the requests that reach its upstream."""
+        book = hooks.relayed
+        task = book.map.find(task_id, hooks.principal(), generation) if book is not None else None
+        return (book, task) if book is not None and task is not None else None
+
     async def get(ctx: Ctx, params: _TaskIdParams) -> dict[str, Any]:
         generation = _generation_of(ctx)
+        if (via := relayed(params.task_id, generation)) is not None:
+            return _stamp_relayed(server, ctx, await via[0].get(via[1]))
         record = find(ctx, params.task_id, poll=True)
         return task_v1(record) if generation == "v1" else detailed_v2(record, hooks.result_of)
 
     async def result(ctx: Ctx, params: _TaskIdParams) -> dict[str, Any]:
         if _generation_of(ctx) != "v1":
             raise MCPError(types.METHOD_NOT_FOUND, "Method not found", ctx.method)
+        if (via := relayed(params.task_id, "v1")) is not None:
+            return await via[0].result(via[1])
         find(ctx, params.task_id)
         try:
             record = await hooks.tasks(ctx).wait_terminal(params.task_id, hooks.principal())
@@ -165,10 +209,15 @@ def install(server: Server[Any], hooks: TaskHooks) -> None:
         if _generation_of(ctx) != "v1":
             raise MCPError(types.METHOD_NOT_FOUND, "Method not found", ctx.method)
         records = hooks.tasks(ctx).list_for(hooks.principal())
-        return {"tasks": [task_v1(r) for r in records[:100]]}
+        own = [task_v1(r) for r in records[:_LIST_CAP]]
+        book = hooks.relayed
+        more = await book.listing(hooks.principal(), _LIST_CAP - len(own)) if book is not None else []
+        return {"tasks": own + more}
 
     async def cancel(ctx: Ctx, params: _TaskIdParams) -> dict[str, Any]:
         generation = _generation_of(ctx)
+        if (via := relayed(params.task_id, generation)) is not None:
+            return _stamp_relayed(server, ctx, await via[0].cancel(via[1]))
         record = find(ctx, params.task_id)
         if record.terminal and generation == "v1":
             raise MCPError(
@@ -183,6 +232,8 @@ def install(server: Server[Any], hooks: TaskHooks) -> None:
     async def update(ctx: Ctx, params: _UpdateParams) -> dict[str, Any]:
         if _generation_of(ctx) != "v2":
             raise MCPError(types.METHOD_NOT_FOUND, "Method not found", ctx.method)
+        if (via := relayed(params.task_id, "v2")) is not None:
+            return _stamp_relayed(server, ctx, await via[0].update(via[1], params.input_responses))
         find(ctx, params.task_id)
         try:
             await hooks.tasks(ctx).update(params.task_id, hooks.principal(), params.input_responses)

@@ -37,8 +37,10 @@ from upstream import (
     SpawnedProcess,
     StderrLine,
     SurfaceNotice,
+    TasksEra,
     Upstream,
     UpstreamError,
+    UpstreamTasks,
 )
 
 __all__ = ["Relay", "RelayedTool"]
@@ -262,6 +264,40 @@ class Relay:
         meta = {k: v for k, v in (params.meta or {}).items() if k != "progress_token"} or None
         return await up.call_tool(
             tool.original_name, params.arguments, meta=meta, progress=progress, elicit=elicit
+        )
+
+    def tasks_of(self, tool: RelayedTool) -> UpstreamTasks:
+        """The own MCP tasks of this tool's upstream (``UpstreamTasks.era``: which, if any, it offers)."""
+        return self._upstreams[tool.upstream_index].tasks
+
+    def upstream_tasks(self, index: int) -> UpstreamTasks:
+        return self._upstreams[index].tasks
+
+    def upstream_name(self, index: int) -> str:
+        return self._upstreams[index].name
+
+    async def call_task(
+        self,
+        tool: RelayedTool,
+        params: types.CallToolRequestParams,
+        era: TasksEra,
+        *,
+        ttl_ms: int | None = None,
+        progress: ProgressCallback | None = None,
+        elicit: ElicitCallback | None = None,
+    ) -> dict[str, Any]:
+        """Relay one call asking the upstream for a task in ``era`` (its answer returned as sent: a
+        ``CreateTaskResult``, or the ordinary result of an upstream that answered inline)."""
+        tasks = self.tasks_of(tool)
+        meta = {k: v for k, v in (params.meta or {}).items() if k != "progress_token"} or None
+        return await tasks.call_tool(
+            tool.original_name,
+            params.arguments,
+            era,
+            meta=meta,
+            ttl_ms=ttl_ms,
+            progress=progress,
+            elicit=elicit,
         )
 
     def tool_count(self) -> int:

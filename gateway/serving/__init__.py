@@ -4,6 +4,7 @@ Modules:
 
 - ``server`` — the low-level SDK ``Server`` whose handlers reach the runtime one way only.
 - ``tasks`` — MCP tasks on that server: which call becomes a task, what it runs, how its result reads.
+- ``relayed_tasks`` — a task-augmented call of a relayed tool: the dispatcher's path, the upstream's own task.
 - ``surface`` — its handlers for relayed resources, templates, prompts, completions, subscriptions.
 - ``stdio`` — stdio that answers every request line, even one that cannot be parsed.
 - ``drain`` — the stdio transport on the event loop and the bounded drain that SIGTERM starts.

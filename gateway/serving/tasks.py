@@ -30,7 +30,8 @@ from gateway._errors import ErrorCode, ToolFailure
 from gateway._runtime import Runtime
 from gateway.approvals.gate import needs_approval
 from gateway.auth.policy import Policy, Principal
-from gateway.mcptasks import Generation, McpTaskRecord, RemoteCommand, TaskHooks
+from gateway.mcptasks import Generation, McpTaskRecord, RelayedTasks, RemoteCommand, TaskHooks
+from gateway.serving.relayed_tasks import relayed_create
 from gateway.tools.remote import ExecIn, render_exec
 from remoteops import ExecResult
 
@@ -168,10 +169,13 @@ def task_hooks(rt: Runtime, principal: Callable[[], Principal], policy: Callable
     def is_own(ctx: Ctx, name: str) -> bool:
         return runtime(ctx).catalog.get(name) is not None
 
+    relayed = RelayedTasks(rt.relay.upstream_tasks, rt.audit, rt.redactor)  # the upstreams' own tasks
     return TaskHooks(
         tasks=lambda ctx: runtime(ctx).mcp_tasks,
         principal=lambda: principal().label,
         is_own_tool=is_own,
         plan=plan,
         result_of=result_of,
+        relayed_create=relayed_create(rt, principal, policy, relayed),
+        relayed=relayed,
     )

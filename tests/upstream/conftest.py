@@ -95,16 +95,18 @@ STDIO_START: dict[str, Any] = {"connect_timeout_s": 60.0, "call_wait_s": 60.0}
 class FaultServer:
     """The fault upstream over streamable HTTP on a fixed port, restartable on that port."""
 
-    def __init__(self, state_dir: Path, port: int, page_size: int = 4) -> None:
+    def __init__(self, state_dir: Path, port: int, page_size: int = 4, extra: tuple[str, ...] = ()) -> None:
         self.state_dir = state_dir
         self.port = port
         self.page_size = page_size
+        self.extra = extra
+        """More fault upstream arguments (``--tasks`` …)."""
         self.proc: subprocess.Popen[bytes] | None = None
         self.url = f"http://127.0.0.1:{port}/mcp"
 
     def spawn(self) -> subprocess.Popen[bytes]:
         argv = fault_command("--state-dir", str(self.state_dir), "--http", str(self.port))
-        argv += ["--page-size", str(self.page_size)]
+        argv += ["--page-size", str(self.page_size), *self.extra]
         self.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
         return self.proc
 
@@ -160,9 +162,10 @@ class FaultServer:
 
 @starts("fault")
 @asynccontextmanager
-async def running_fault(state_dir: Path) -> AsyncIterator[FaultServer]:
-    """The fault upstream over HTTP on a free port, started (port open) and stopped and reaped afterwards."""
-    server = FaultServer(state_dir, free_port())
+async def running_fault(state_dir: Path, *extra: str) -> AsyncIterator[FaultServer]:
+    """The fault upstream over HTTP on a free port, started (port open) and stopped and reaped afterwards;
+    ``extra``: more of its arguments (``--tasks`` …)."""
+    server = FaultServer(state_dir, free_port(), extra=extra)
     await server.start()
     try:
         yield server
