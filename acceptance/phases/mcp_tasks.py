@@ -1,7 +1,8 @@
 """MCP tasks through a gateway of the phase's own over MCP/HTTP, with the Python SDK as the requester of the
 ``io.modelcontextprotocol/tasks`` extension (2026-07-28): a long ``remote_exec`` is answered with a task
 handle, polled to completion with the direct call's result; a client that does not declare the extension
-gets the ordinary answer; ``tasks/cancel`` stops the remote command (checked on the target); across a
+gets the ordinary answer, and so does a relayed tool of the run's gateway (libtmux-mcp offers no tasks: none
+is invented for it); ``tasks/cancel`` stops the remote command (checked on the target); across a
 gateway restart a remote task completes under the same id with its real exit code while local work is
 reported ``failed``; an unknown id is not found; health counts what happened. Figures: the time
 to the handle, from the command's end to the client seeing ``completed``, the restart."""
@@ -20,7 +21,7 @@ from mcp.client.streamable_http import streamable_http_client
 from acceptance._registry import PhaseContext, phase
 from acceptance.harness.mcp_tasks import CreatedTask, TasksExtension, cancel, get, poll
 from acceptance.harness.targets import Gate, marked_processes
-from acceptance.phases._util import own_gateway_config, shared_dir, wait_until
+from acceptance.phases._util import RELAYED_TOOL, own_gateway_config, shared_dir, wait_until
 from acceptance.phases.tasks import _sweep
 
 __all__ = ["mcp_tasks"]
@@ -81,6 +82,14 @@ async def mcp_tasks(ctx: PhaseContext) -> None:
     keys = ("exit_code", "stdout", "stderr", "signal", "timed_out")
     ctx.check(all(got[k] == direct.get(k) for k in keys), f"task result {got} is not the direct one {direct}")
     ctx.check((got["exit_code"], got["stdout"]) == (5, "out\n"), f"the task's result: {got}")
+
+    # -- a relayed tool is passed through: libtmux-mcp offers no tasks, so no task is invented for it ---
+    async with _client(env.gw.url, env.gw.headers(), tasks=True) as c:
+        relayed = await c.session.call_tool(RELAYED_TOOL, {}, allow_claimed=True)
+    ctx.check(
+        not isinstance(relayed, CreatedTask) and getattr(relayed, "is_error", None) is False,
+        f"a relayed tool asked with the extension declared was not an ordinary relayed call: {relayed}",
+    )
 
     # -- cancel: the remote command is stopped, checked on the target -----------------------------------
     victim_gate, gate = Gate(gates, "victim"), Gate(gates, "hold")  # one gate per reader
