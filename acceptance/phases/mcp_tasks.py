@@ -21,7 +21,7 @@ from mcp.client.streamable_http import streamable_http_client
 from acceptance._registry import PhaseContext, phase
 from acceptance.harness.mcp_tasks import CreatedTask, TasksExtension, cancel, get, poll
 from acceptance.harness.targets import Gate, marked_processes
-from acceptance.phases._util import RELAYED_TOOL, own_gateway_config, shared_dir, wait_until
+from acceptance.phases._util import RELAYED_TOOL, own_gateway_config, shared_dir, wait_relay_ok, wait_until
 from acceptance.phases.tasks import _sweep
 
 __all__ = ["mcp_tasks"]
@@ -84,6 +84,7 @@ async def mcp_tasks(ctx: PhaseContext) -> None:
     ctx.check((got["exit_code"], got["stdout"]) == (5, "out\n"), f"the task's result: {got}")
 
     # -- a relayed tool is passed through: libtmux-mcp offers no tasks, so no task is invented for it ---
+    await wait_relay_ok(env)  # an earlier phase may have left the upstream reconnecting
     async with _client(env.gw.url, env.gw.headers(), tasks=True) as c:
         relayed = await c.session.call_tool(RELAYED_TOOL, {}, allow_claimed=True)
     ctx.check(
