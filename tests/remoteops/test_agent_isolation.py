@@ -51,7 +51,8 @@ def _children(pid: int) -> list[int]:
                 stat = Path(f"/proc/{entry}/stat").read_bytes()
             except OSError:
                 continue
-            if int(stat[stat.rfind(b")") + 2 :].split()[1]) == pid:
+            fields = stat[stat.rfind(b")") + 2 :].split()
+            if int(fields[1]) == pid and fields[0] != b"Z":  # a zombie has ended already
                 found.append(int(entry))
     return found
 

@@ -6,32 +6,18 @@ from __future__ import annotations
 
 import os
 import signal
-from pathlib import Path
 
 import anyio
 import pytest
 
 from remoteops.agent import program as proto
 from tests.fixtures.procs import wait_gone
+from tests.remoteops.test_agent_isolation import _children
 from tests.remoteops.test_agent_protocol import BASE, Agent, _hello, local_agent
 
 pytestmark = pytest.mark.anyio
 
 PPID = ["sh", "-c", 'echo "$PPID"']  # the command's parent: the supervisor that ran it
-
-
-def _children(pid: int) -> list[int]:
-    found = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                stat = Path(f"/proc/{entry}/stat").read_bytes()
-            except OSError:
-                continue
-            fields = stat[stat.rfind(b")") + 2 :].split()
-            if int(fields[1]) == pid and fields[0] != b"Z":
-                found.append(int(entry))
-    return found
 
 
 async def _spare_of(agent_pid: int, *, not_: int = 0) -> int:
