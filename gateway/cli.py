@@ -479,7 +479,7 @@ def _serve_locked(
         redactor.add_secret(token)
     for secret in upstream_secrets(settings):
         redactor.add_secret(secret)
-    configure_logging(settings.log_level, redactor)
+    writer = configure_logging(settings.log_level, redactor)
     specs = all_specs()
 
     async def run() -> None:
@@ -496,6 +496,8 @@ def _serve_locked(
     except BaseExceptionGroup as group:  # a startup error raised inside a task group (the demo target)
         _raise_sole_gateway_error(group)
         raise
+    finally:
+        writer.stop()  # every queued line is written before the process goes on to exit
 
 
 def _raise_sole_gateway_error(group: BaseExceptionGroup[BaseException]) -> None:

@@ -9,11 +9,13 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+import anyio
 
 from acceptance.harness import starts
 
@@ -48,6 +50,20 @@ class GatewayProcess:
 
     def stderr_text(self) -> str:
         return self.stderr_path.read_text(encoding="utf-8", errors="replace")
+
+    def wait_stderr(self, ready: Callable[[str], bool], ceiling_s: float = 10.0) -> str:
+        """stderr once ``ready(text)`` holds (else TimeoutError). The gateway writes its log lines from a
+        writer thread, a moment after the answer they belong to: a test that looks for one waits for it."""
+        deadline = time.monotonic() + ceiling_s
+        while not ready(text := self.stderr_text()):
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"gateway stderr did not show what was awaited within {ceiling_s} s")
+            time.sleep(0.02)  # another process's file: there is no event to wait on
+        return text
+
+    async def stderr_when(self, ready: Callable[[str], bool], ceiling_s: float = 10.0) -> str:
+        """:meth:`wait_stderr` off the event loop."""
+        return await anyio.to_thread.run_sync(self.wait_stderr, ready, ceiling_s)
 
 
 def _toml_value(value: Any) -> str:

@@ -64,6 +64,9 @@ def challenge(response: httpx.Response) -> dict[str, str]:
 
 
 def sse_data(response: httpx.Response) -> dict[str, Any]:
-    """The JSON of the first ``data:`` line of an SSE answer."""
+    """The JSON-RPC message of an answer: the body of a JSON answer (the gateway answers so when the
+    request's stream would carry nothing else), else the first ``data:`` line of the SSE stream."""
+    if response.headers.get("content-type", "").startswith("application/json"):
+        return dict(response.json())
     data = next(line for line in response.text.splitlines() if line.startswith("data:"))
     return dict(json.loads(data.removeprefix("data:")))

@@ -152,8 +152,15 @@ async def oauth(ctx: PhaseContext) -> None:
     ]
     ctx.check(bool(exec_ok) and exec_ok[-1]["principal"] == "oauth:alice", f"audit of the run: {exec_ok}")
     ctx.check(bool(exec_403) and exec_403[-1]["principal"] == "oauth:alice", f"audit of the 403: {exec_403}")
-    logged = [json.loads(line) for line in gw.stderr_text().splitlines() if '"tool_call"' in line]
-    ctx.check(any(r.get("principal") == "oauth:alice" for r in logged), "no tool_call log line names alice")
+
+    def alice_logged(text: str) -> bool:
+        logged = [json.loads(line) for line in text.splitlines() if '"tool_call"' in line]
+        return any(r.get("principal") == "oauth:alice" for r in logged)
+
+    try:
+        ctx.check(alice_logged(await gw.stderr_when(alice_logged)), "no tool_call log line names alice")
+    except TimeoutError:
+        ctx.check(False, "no tool_call log line names alice")
     outputs = audit_path.read_text(encoding="utf-8") + gw.stderr_text()
     for token in (full, inspect_only, *refused_tokens.values()):
         ctx.check(token not in outputs, "an access token appears in the audit log or the gateway's log")

@@ -48,6 +48,7 @@ from gateway.auth.policy import KIND_CLAIM
 from gateway.auth.proxy import ProxyAwareVerifier, TrustedProxy, read_secret_file
 from gateway.auth.scope import ScopeChallenge
 from gateway.config import Settings
+from gateway.serving.answer import AnswerAsJson
 from gateway.serving.server import GatewayServer
 from remoteops import atomic_write
 
@@ -296,6 +297,8 @@ def build_http_app(
     )
     if settings.auth.mode == "oauth" and auth is not None:
         _oauth_routes(app, server, settings, auth, runtime)
+    _, mcp_route = _route(app, settings.server.path)
+    mcp_route.app = AnswerAsJson(mcp_route.app)
     if oauth is not None:
         _close_at_shutdown(app, oauth)
     proxy.wrap(app)

@@ -150,8 +150,7 @@ def test_the_instructions_name_only_the_callers_targets_and_toolsets(
 ) -> None:
     r = _post(gw, idp.issue("alice", "remoteops:inspect"), Accept="application/json, text/event-stream")
     assert r.status_code == 200
-    data = next(line for line in r.text.splitlines() if line.startswith("data:"))
-    instructions = json.loads(data.removeprefix("data:"))["result"]["instructions"]
+    instructions = sse_data(r)["result"]["instructions"]
     assert "t1" in instructions
     assert "t2" not in instructions
     assert "Enabled toolsets: inspect." in instructions
@@ -264,8 +263,12 @@ def test_a_call_outside_the_tokens_scopes_gets_403_insufficient_scope_naming_the
     assert records[-1]["principal"] == "oauth:alice"
     assert records[-1]["error_code"] == "policy_denied"
     assert records[-1]["facts"]["insufficient_scope"] == ["remoteops:inspect", "remoteops:execute"]
-    logged = [json.loads(line) for line in gw.stderr_text().splitlines() if '"insufficient_scope"' in line]
-    assert any(r.get("principal") == "oauth:alice" and r.get("tool") == "remote_exec" for r in logged)
+
+    def found(text: str) -> bool:
+        logged = [json.loads(line) for line in text.splitlines() if '"insufficient_scope"' in line]
+        return any(r.get("principal") == "oauth:alice" and r.get("tool") == "remote_exec" for r in logged)
+
+    assert found(gw.wait_stderr(found))
 
 
 async def test_a_token_with_the_challenged_scopes_reaches_the_tool(
@@ -376,8 +379,14 @@ async def test_the_audit_record_names_the_oauth_principal(gw: GatewayProcess, id
         "scopes": ["remoteops:inspect"],
     }
     assert records[-1]["error_code"] == "policy_denied"
-    denials = [json.loads(line) for line in gw.stderr_text().splitlines() if '"policy_denied"' in line]
-    assert any(d.get("principal") == "oauth:alice" and d.get("tool") == "target_diagnose" for d in denials)
+
+    def denied(text: str) -> bool:
+        denials = [json.loads(line) for line in text.splitlines() if '"policy_denied"' in line]
+        return any(
+            d.get("principal") == "oauth:alice" and d.get("tool") == "target_diagnose" for d in denials
+        )
+
+    assert denied(await gw.stderr_when(denied))
     assert token not in (gw.state_dir / "audit.jsonl").read_text(encoding="utf-8")
 
 
@@ -401,8 +410,12 @@ async def test_gateway_health_shows_a_restricted_caller_neither_other_targets_no
 async def test_the_log_line_of_every_call_names_the_principal(gw: GatewayProcess, idp: AuthServer) -> None:
     token = idp.issue("erin", "remoteops:inspect")
     await _list_and_call(gw, {"Authorization": f"Bearer {token}"}, [("gateway_health", {})])
-    lines = [json.loads(line) for line in gw.stderr_text().splitlines() if '"tool_call"' in line]
-    mine = [r for r in lines if r.get("principal") == "oauth:erin" and r.get("tool") == "gateway_health"]
+
+    def erins(text: str) -> list[dict[str, Any]]:
+        lines = [json.loads(line) for line in text.splitlines() if '"tool_call"' in line]
+        return [r for r in lines if r.get("principal") == "oauth:erin" and r.get("tool") == "gateway_health"]
+
+    mine = erins(await gw.stderr_when(lambda text: bool(erins(text))))
     assert mine
     assert (mine[-1]["outcome"], mine[-1]["error_code"], mine[-1]["level"]) == ("ok", None, "info")
     assert isinstance(mine[-1]["request_id"], str)
@@ -447,7 +460,8 @@ def test_forged_identity_headers_from_a_non_trusted_peer_are_ignored(
             ],
         )
     assert twice.status_code == 401  # right peer and secret, but an ambiguous identity
-    assert gw.stderr_text().count("identity_headers_ignored") == 1  # logged once, not per request
+    text = gw.wait_stderr(lambda text: "identity_headers_ignored" in text)
+    assert text.count("identity_headers_ignored") == 1  # logged once, not per request
 
 
 async def test_a_forged_identity_header_does_not_change_a_token_callers_principal(
