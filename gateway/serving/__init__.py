@@ -9,6 +9,7 @@ Modules:
 - ``stdio`` — stdio that answers every request line, even one that cannot be parsed.
 - ``drain`` — the stdio transport on the event loop and the bounded drain that SIGTERM starts.
 - ``http`` — guarded streamable HTTP: Host/Origin allow-lists, body cap, bearer auth, /healthz.
+- ``answer`` — a request whose SSE stream would carry only its answer is answered as ``application/json``.
 - ``sse`` — the SDK's Server-Sent Events encoded in one join and one encode (same bytes).
 - ``sdnotify`` — systemd's notify-socket protocol (sd_notify) and the watchdog, without libsystemd.
 - ``memory`` — the start-up's freed memory given back to the operating system once serving.

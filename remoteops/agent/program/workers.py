@@ -5,12 +5,20 @@ the rest wait in arrival order. Each request has a time bound counted from its a
 its meta, else ``_FILE_LIMIT_S``): past it the worker is killed and the answer is ERROR {code:
 "timeout"}. A worker's answer is the frame it wrote on its pipe, checked to be one whole final frame of
 its request; a worker that died without one is ERROR {code: "internal"}. Workers die with the agent
-(``PR_SET_PDEATHSIG``)."""
+(``PR_SET_PDEATHSIG``).
+
+Once the agent has done file work it keeps one worker forked ahead (``_SpareWorker``, forked after each
+answer is out, as the spare supervisor is): the next request is handed to it on a pipe (marshal, then end
+of file) instead of waiting for a fork of the agent, which with its copy-on-write faults was most of a
+small request's time on the target. A request too big for the pipe (a large WRITE) retires the spare
+unused and forks a worker as before; a spare that reads an end of file with nothing before it (retired,
+or the agent gone) exits. In every other respect the spare is the same worker."""
 
 from __future__ import annotations
 
 import collections
 import contextlib
+import marshal
 import os
 import selectors
 import signal
@@ -28,19 +36,101 @@ _FILE_LIMIT_MAX_S = 24 * 3600.0
 _WORKER_READ = 256 * 1024
 
 
+def _answer_on(fd: int, request_id: int, kind: int, meta: dict[str, Any], data: bytes) -> None:
+    view = memoryview(_file_answer(request_id, kind, meta, data))
+    while view:
+        view = view[os.write(fd, view) :]
+
+
 def _file_worker(fd: int, parent: int, request_id: int, kind: int, meta: dict[str, Any], data: bytes) -> None:
     """The worker's life, in the forked child: answer one request on ``fd``; never returns."""
     try:
         _forked_child((fd,))
         _prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
         if os.getppid() == parent:  # else the agent died before the line above
-            view = memoryview(_file_answer(request_id, kind, meta, data))
-            while view:
-                view = view[os.write(fd, view) :]
+            _answer_on(fd, request_id, kind, meta, data)
     except BaseException:  # noqa: S110 - the agent answers for a worker that wrote nothing
         pass
     finally:
         os._exit(0)
+
+
+def _spare_worker(request: int, fd: int, parent: int) -> None:
+    """A worker forked before its request: reads it on ``request``, then answers it on ``fd``; never
+    returns."""
+    try:
+        _forked_child((request, fd))
+        _prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+        blob = b""
+        if os.getppid() == parent:  # else the agent died before the line above
+            while chunk := os.read(request, 65536):
+                blob += chunk
+        os.close(request)
+        if blob:
+            request_id, kind, meta, data = marshal.loads(blob)  # noqa: S302 - written by our parent, the agent
+            _answer_on(fd, request_id, kind, meta, data)
+    except BaseException:  # noqa: S110 - the agent answers for a worker that wrote nothing
+        pass
+    finally:
+        os._exit(0)
+
+
+class _SpareWorker:
+    """The agent's side of a spare worker: ``fork`` makes one; ``hand`` gives it a request and returns the
+    answer pipe (None: it could not take it — the caller forks a worker as before)."""
+
+    def __init__(self, work: _FileWork, pid: int, request_w: int, answer_r: int) -> None:
+        self.work = work
+        self.pid = pid
+        self.fds: tuple[int, ...] = (request_w, answer_r)
+
+    @staticmethod
+    def fork(work: _FileWork) -> _SpareWorker | None:
+        ends: list[int] = []
+        try:
+            for _ in range(2):
+                ends += os.pipe()
+            pid = os.fork()
+        except OSError:
+            for fd in ends:
+                os.close(fd)
+            return None
+        request_r, request_w, answer_r, answer_w = ends
+        if pid == 0:
+            _spare_worker(request_r, answer_w, work.agent.pid)
+        os.close(request_r)
+        os.close(answer_w)
+        os.set_blocking(request_w, False)
+        spare = _SpareWorker(work, pid, request_w, answer_r)
+        work.agent.by_pid[pid] = spare
+        return spare
+
+    def hand(self, job: _FileJob) -> int | None:
+        request_w, answer_r = self.fds
+        blob = marshal.dumps((job.id, job.kind, job.meta, job.data))
+        try:
+            written = os.write(request_w, blob)  # a spare reads at once; a request too big for the pipe forks
+        except OSError:
+            written = 0
+        if written != len(blob):
+            self.retire()  # what it read is no request: it ends without doing anything
+            return None
+        os.close(request_w)
+        self.fds = ()
+        return answer_r
+
+    def retire(self) -> None:
+        """Close its pipes: an unused spare reads the end of its request and exits (the agent reaps it)."""
+        fds, self.fds = self.fds, ()
+        for fd in fds:
+            with contextlib.suppress(OSError):
+                os.close(fd)
+
+    def reaped(self, status: int) -> None:
+        """It died before it had a request."""
+        self.retire()
+        if self.work.spare is self:
+            self.work.spare = None
 
 
 class _FileJob:
@@ -72,6 +162,17 @@ class _FileWork:
         self.jobs: dict[int, _FileJob] = {}
         self.queue: collections.deque[_FileJob] = collections.deque()
         self.running: dict[int, _FileJob] = {}  # pid -> job whose worker's pipe is open
+        self.spare: _SpareWorker | None = None  # a worker forked ahead of the next request
+
+    def refill(self) -> None:
+        """Fork the spare worker, if there is none (called once an answer is out: off the request's path)."""
+        if self.spare is None and not self.agent.closing:
+            self.spare = _SpareWorker.fork(self)
+
+    def retire_spare(self) -> None:
+        spare, self.spare = self.spare, None
+        if spare is not None:
+            spare.retire()
 
     def submit(self, request_id: int, kind: int, meta: dict[str, Any], data: bytes) -> None:
         job = _FileJob(self, request_id, kind, meta, data)
@@ -95,6 +196,11 @@ class _FileWork:
             self._start(self.queue.popleft())
 
     def _start(self, job: _FileJob) -> None:
+        spare, self.spare = self.spare, None
+        handed = spare.hand(job) if spare is not None else None
+        if spare is not None and handed is not None:
+            self._running(job, spare.pid, handed)
+            return
         try:
             fd, w = os.pipe()
         except OSError as exc:
@@ -112,6 +218,9 @@ class _FileWork:
         if pid == 0:
             _file_worker(w, self.agent.pid, job.id, job.kind, job.meta, job.data)
         os.close(w)
+        self._running(job, pid, fd)
+
+    def _running(self, job: _FileJob, pid: int, fd: int) -> None:
         os.set_blocking(fd, False)
         job.pid, job.fd = pid, fd
         self.running[pid] = job
@@ -154,6 +263,7 @@ class _FileWork:
         self.jobs.pop(job.id, None)
         job.data = b""
         self.agent.send(frame)
+        self.agent.later(0, self.refill)  # the next request's worker, forked after this answer
 
     def stop(self, job: _FileJob, code: str) -> None:
         """End a request now (its bound passed, it was cancelled, the agent stops): kill its worker."""
@@ -174,5 +284,6 @@ class _FileWork:
         self.pump()
 
     def stop_all(self) -> None:
+        self.retire_spare()
         for job in list(self.jobs.values()):
             self.stop(job, "cancelled")
