@@ -11,7 +11,16 @@ from typing import Any
 
 from .codec import wire_text
 
-__all__ = ["_descendants", "_forked_child", "_marked", "_prctl", "_proc_table", "_process_argv"]
+__all__ = [
+    "_close_all",
+    "_descendants",
+    "_forked_child",
+    "_hand_over",
+    "_marked",
+    "_prctl",
+    "_proc_table",
+    "_process_argv",
+]
 
 _PR_SET_PDEATHSIG = 1
 _PR_SET_CHILD_SUBREAPER = 36
@@ -121,3 +130,22 @@ def _forked_child(keep: tuple[int, ...]) -> None:
         if fd > 2 and fd not in keep:
             with contextlib.suppress(OSError):
                 os.close(fd)
+
+
+def _hand_over(fd: int, blob: bytes) -> bool:
+    """Write ``blob`` whole to a spare's non-blocking pipe and close it; False (pipe left open) when it
+    did not all fit or the spare is gone: the caller retires the spare and forks as before."""
+    try:
+        written = os.write(fd, blob)  # a spare reads at once; what is too big for the pipe forks
+    except OSError:
+        return False
+    if written != len(blob):
+        return False
+    os.close(fd)
+    return True
+
+
+def _close_all(fds: tuple[int, ...]) -> None:
+    for fd in fds:
+        with contextlib.suppress(OSError):
+            os.close(fd)

@@ -28,7 +28,15 @@ import time
 from typing import Any
 
 from .codec import wire_text
-from .procs import _PR_SET_CHILD_SUBREAPER, _descendants, _forked_child, _prctl, _proc_table
+from .procs import (
+    _PR_SET_CHILD_SUBREAPER,
+    _close_all,
+    _descendants,
+    _forked_child,
+    _hand_over,
+    _prctl,
+    _proc_table,
+)
 
 __all__ = ["_spare", "_supervise"]
 
@@ -206,15 +214,9 @@ class _Spare:
     ) -> tuple[int, int, int, int, int] | None:
         """Give the spare its call; the call's ``(ctrl_w, status_r, stdin_w or -1, out_r, err_r)``."""
         spec_w, ctrl_w, status_r, stdin_w, out_r, err_r = self.fds
-        blob = marshal.dumps((argv, cwd, env, wants_stdin))
-        try:
-            written = os.write(spec_w, blob)  # a spare reads at once; a call too big for the pipe forks
-        except OSError:
-            written = 0
-        if written != len(blob):
+        if not _hand_over(spec_w, marshal.dumps((argv, cwd, env, wants_stdin))):
             self.retire()  # what it read is no call: it ends without running anything
             return None
-        os.close(spec_w)
         self.fds = ()
         if not wants_stdin:
             os.close(stdin_w)
@@ -225,9 +227,7 @@ class _Spare:
     def retire(self) -> None:
         """Close its pipes: an unused spare reads the end of its spec and exits (the agent reaps it)."""
         fds, self.fds = self.fds, ()
-        for fd in fds:
-            with contextlib.suppress(OSError):
-                os.close(fd)
+        _close_all(fds)
 
     def reaped(self, status: int) -> None:
         """It died before it had a call."""

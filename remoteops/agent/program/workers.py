@@ -26,7 +26,7 @@ from typing import Any
 
 from .changes import _file_answer
 from .codec import ERROR, _final_frame, encode
-from .procs import _PR_SET_PDEATHSIG, _forked_child, _prctl
+from .procs import _PR_SET_PDEATHSIG, _close_all, _forked_child, _hand_over, _prctl
 
 __all__ = ["_FILE_LIMIT_S", "_FILE_WORKERS", "_FileWork"]
 
@@ -107,24 +107,16 @@ class _SpareWorker:
 
     def hand(self, job: _FileJob) -> int | None:
         request_w, answer_r = self.fds
-        blob = marshal.dumps((job.id, job.kind, job.meta, job.data))
-        try:
-            written = os.write(request_w, blob)  # a spare reads at once; a request too big for the pipe forks
-        except OSError:
-            written = 0
-        if written != len(blob):
+        if not _hand_over(request_w, marshal.dumps((job.id, job.kind, job.meta, job.data))):
             self.retire()  # what it read is no request: it ends without doing anything
             return None
-        os.close(request_w)
         self.fds = ()
         return answer_r
 
     def retire(self) -> None:
         """Close its pipes: an unused spare reads the end of its request and exits (the agent reaps it)."""
         fds, self.fds = self.fds, ()
-        for fd in fds:
-            with contextlib.suppress(OSError):
-                os.close(fd)
+        _close_all(fds)
 
     def reaped(self, status: int) -> None:
         """It died before it had a request."""
