@@ -30,6 +30,7 @@ __all__ = ["LOG_LINES", "SystemdHost", "booted", "unavailable_reason"]
 
 LOG_LINES = 37
 _AGENT_MARK = " -I -S -c " + LOADER.splitlines()[0]  # in `ps` of the agent and of its spare supervisor
+_AGENT_ZOMBIE = "[python3] <defunct>"  # an ended fork of the agent (its spares: python3), not yet reaped
 _SSHD_CONFIG = """\
 Port 2222
 ListenAddress 127.0.0.1
@@ -86,11 +87,12 @@ class SystemdHost:
 
     def processes(self) -> list[str]:
         """Command lines of every process in the target (to prove nothing was started), but the gateway's
-        own agent channel: the agent boots beside a first call and forks its spare supervisor (the same
-        command line) after each answer, so its count is no sign of what a refused call started."""
+        own agent channel: the agent boots beside a first call and forks its spares (the same command
+        line) after each answer, and a spare it retired is a ``[python3] <defunct>`` until reaped, so
+        their count is no sign of what a refused call started (a command the target ran is never one)."""
         out = self.target.run("ps", "-eo", "args=", check=False).stdout
         lines = (line.strip() for line in out.splitlines())
-        return [line for line in lines if line and _AGENT_MARK not in line]
+        return [line for line in lines if line and _AGENT_MARK not in line and line != _AGENT_ZOMBIE]
 
 
 def unavailable_reason() -> str | None:
