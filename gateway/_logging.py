@@ -10,8 +10,9 @@ stdout is never touched (in stdio mode it carries the protocol). The gateway's o
 is asked for.
 
 The event loop only hands a record over: redaction, rendering and the write to stderr happen in one writer
-thread behind a bounded queue (a `logging.handlers.QueueHandler`). So a call's canonical line is rendered and
-written after its answer went out (the loop moves on to the answer while the writer waits for the GIL), and
+thread behind a bounded queue (a `logging.handlers.QueueHandler`). So a call's canonical line is usually
+rendered and written after its answer went out (the writer needs the GIL, which the loop keeps until it
+waits on I/O or a switch interval passes: a long render of a large answer may let the writer in first), and
 a stderr nobody reads — a full pipe — can never stall the loop: records that find the queue full are dropped
 and counted, and the writer says how many when it can write again. Lines keep their order. The returned
 `LogWriter` is stopped when serving ends, which writes everything still queued.
@@ -96,8 +97,9 @@ class LogWriter:
         while (record := self.handoff.records.get()) is not None:
             try:
                 self._direct.handle(record)
-            except Exception:  # a handler that raises loses its line, never the writer
-                self._direct.handleError(record)
+            except Exception as exc:  # a handler that raises loses its line, never the writer
+                with contextlib.suppress(Exception):  # and the record (unredacted) is never printed
+                    sys.stderr.write(f'{{"event": "log_line_lost", "error": "{type(exc).__name__}"}}\n')
 
     def stop(self) -> None:
         thread, self._thread = self._thread, None

@@ -199,7 +199,7 @@ class Redactor:
                 value, count = pattern.subn(repl, value)
             if count:
                 kinds[kind] = kinds.get(kind, 0) + count
-        for secret in self._known:
+        for secret in tuple(self._known):  # a snapshot: the log writer thread scrubs while the loop adds
             if secret in value:
                 kinds["gateway_secret"] = kinds.get("gateway_secret", 0) + value.count(secret)
                 value = value.replace(secret, "[REDACTED]")
