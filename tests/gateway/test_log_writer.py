@@ -115,3 +115,24 @@ async def test_a_stdio_client_that_never_reads_stderr_still_gets_every_answer(tm
         os.close(unread)
     assert answered == 300
     assert len(left) >= 60_000  # the pipe did fill up: the gateway wrote until it could not
+
+
+class _Broken(logging.Handler):
+    def emit(self, record: logging.LogRecord) -> None:
+        raise ValueError("cannot render")
+
+
+@pytest.mark.unit
+def test_a_line_the_handler_fails_on_is_reported_by_type_and_never_printed(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    handoff = _Handoff(queue.Queue(8))
+    writer = LogWriter(handoff, _Broken(), stop_timeout_s=10)
+    secret_line = logging.makeLogRecord({"name": "gateway.t", "levelno": logging.INFO, "msg": "pw=hunter2"})
+    handoff.handle(secret_line)
+    handoff.handle(_record(1))
+    writer.stop()  # the writer survived the first failure: it reached the sentinel after the second
+    err = capsys.readouterr().err
+    assert err.count('"log_line_lost"') == 2
+    assert '"error": "ValueError"' in err
+    assert "hunter2" not in err
