@@ -14,6 +14,7 @@ from .codec import wire_text
 __all__ = [
     "_close_all",
     "_descendants",
+    "_fork_with_pipes",
     "_forked_child",
     "_hand_over",
     "_marked",
@@ -149,3 +150,16 @@ def _close_all(fds: tuple[int, ...]) -> None:
     for fd in fds:
         with contextlib.suppress(OSError):
             os.close(fd)
+
+
+def _fork_with_pipes(count: int) -> tuple[int, list[int]] | None:
+    """``count`` pipes (read, write, read, write, …) and a fork: ``(pid, ends)`` in both processes, or None
+    (nothing left open) when a pipe or the fork failed."""
+    ends: list[int] = []
+    try:
+        for _ in range(count):
+            ends += os.pipe()
+        return os.fork(), ends
+    except OSError:
+        _close_all(tuple(ends))
+        return None

@@ -32,6 +32,7 @@ from .procs import (
     _PR_SET_CHILD_SUBREAPER,
     _close_all,
     _descendants,
+    _fork_with_pipes,
     _forked_child,
     _hand_over,
     _prctl,
@@ -189,15 +190,10 @@ class _Spare:
 
     @staticmethod
     def fork(agent: Any) -> _Spare | None:
-        ends: list[int] = []
-        try:
-            for _ in range(6):
-                ends += os.pipe()
-            pid = os.fork()
-        except OSError:
-            for fd in ends:
-                os.close(fd)
+        forked = _fork_with_pipes(6)
+        if forked is None:
             return None
+        pid, ends = forked
         spec_r, spec_w, ctrl_r, ctrl_w, status_r, status_w = ends[:6]
         stdin_r, stdin_w, out_r, out_w, err_r, err_w = ends[6:]
         if pid == 0:

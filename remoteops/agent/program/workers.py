@@ -26,7 +26,7 @@ from typing import Any
 
 from .changes import _file_answer
 from .codec import ERROR, _final_frame, encode
-from .procs import _PR_SET_PDEATHSIG, _close_all, _forked_child, _hand_over, _prctl
+from .procs import _PR_SET_PDEATHSIG, _close_all, _fork_with_pipes, _forked_child, _hand_over, _prctl
 
 __all__ = ["_FILE_LIMIT_S", "_FILE_WORKERS", "_FileWork"]
 
@@ -86,15 +86,10 @@ class _SpareWorker:
 
     @staticmethod
     def fork(work: _FileWork) -> _SpareWorker | None:
-        ends: list[int] = []
-        try:
-            for _ in range(2):
-                ends += os.pipe()
-            pid = os.fork()
-        except OSError:
-            for fd in ends:
-                os.close(fd)
+        forked = _fork_with_pipes(2)
+        if forked is None:
             return None
+        pid, ends = forked
         request_r, request_w, answer_r, answer_w = ends
         if pid == 0:
             _spare_worker(request_r, answer_w, work.agent.pid)
